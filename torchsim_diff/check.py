@@ -1,0 +1,165 @@
+"""Run one case on one route and judge it: the pipeline every front end shares.
+
+    >>> with Checker(out_dir="reports/run") as checker:
+    ...     verdict = checker.check(case, "inductor")
+
+The eager reference is computed once per case in this process; the route runs in its
+worker subprocess. The verdict carries the status, failure kind, bucket, error figures,
+timings and the artifacts kept for failures (passing cases leave nothing behind).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+
+from torchsim_diff import classify, oracle
+from torchsim_diff.graph import Case
+from torchsim_diff.kinds import Kind, Status
+from torchsim_diff.routes import route_class
+from torchsim_diff.worker import protocol
+from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
+
+
+@dataclasses.dataclass
+class Verdict:
+    case: Case
+    route: str
+    status: Status
+    kind: Kind | None = None
+    stage: str | None = None
+    message: str = ""
+    op: str | None = None
+    where: str | None = None
+    stats: oracle.ErrorStats = dataclasses.field(default_factory=oracle.ErrorStats)
+    metrics: dict = dataclasses.field(default_factory=dict)
+    artifact_dir: str | None = None
+    artifacts: list = dataclasses.field(default_factory=list)
+    t_case: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.status == Status.FAIL
+
+    @property
+    def signature(self) -> str | None:
+        if self.kind is None or self.status != Status.FAIL:
+            return None
+        return classify.signature(self.route, self.kind, self.message, self.op, self.where)
+
+    @property
+    def bucket(self) -> str | None:
+        sig = self.signature
+        return classify.bucket_of(sig) if sig else None
+
+    @property
+    def t_harness(self) -> float:
+        inside = (self.metrics.get("t_compile") or 0.0) + (self.metrics.get("t_run") or 0.0)
+        return max(self.t_case - inside, 0.0)
+
+    def record(self) -> dict:
+        """The results.jsonl record (DESIGN.md, "results.jsonl")."""
+        case, s = self.case, self.stats
+        return {
+            "case_id": case.case_id, "seed": case.values.get("seed"), "graph_hash": case.graph_hash,
+            "route": self.route, "status": self.status.value, "kind": self.kind.value if self.kind else None,
+            "stage": self.stage, "bucket": self.bucket, "op": self.op, "ops": case.ops,
+            "dtypes": case.dtypes, "layouts": case.layouts, "n_nodes": len(case.nodes),
+            "max_abs_err": s.max_abs_err, "max_rel_err": s.max_rel_err, "max_ulp": s.max_ulp,
+            "err_ratio": oracle.finite_or_none(s.err_ratio),
+            "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),
+            "t_case": self.t_case, "t_harness": self.t_harness, "cost": self.metrics.get("cost"),
+            "artifacts": self.artifact_dir if self.artifacts else None,
+            "message": self.message, "case": case.to_dict(),
+        }
+
+    def raise_if_failed(self):
+        """Raise the bucket's own Finding type (for Hypothesis-driven tests)."""
+        if self.failed:
+            exc_type = classify.finding_type(self.kind, self.bucket)
+            raise exc_type(f"[{self.route}] {self.kind.value} (bucket {self.bucket}, op {self.op})\n"
+                           f"{self.message}\n\n{self.case.program_source()}")
+
+
+class Checker:
+    """Owns one warm worker per route and the run's output folder."""
+
+    def __init__(self, *, out_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, route_options: dict | None = None,
+                 tag: str = "0"):
+        self.out_dir = out_dir
+        self.timeout_s = timeout_s
+        self.route_options = dict(route_options or {})
+        self.tag = tag
+        self.workers: dict = {}
+        self._reference_key = None
+        self._reference = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            worker.close()
+        self.workers.clear()
+
+    def worker(self, route: str) -> RouteWorker:
+        if route not in self.workers:
+            route_class(route)  # unknown names fail here, before a process starts
+            self.workers[route] = RouteWorker(
+                route, options=self.route_options.get(route), timeout_s=self.timeout_s, tag=self.tag,
+                work_root=os.path.join(self.out_dir, "workers"))
+        return self.workers[route]
+
+    def availability(self, route: str) -> tuple:
+        hello = self.worker(route).hello()
+        return bool(hello.get("available")), hello.get("reason", ""), hello.get("versions", {})
+
+    def check(self, case: Case, route: str) -> Verdict:
+        t0 = time.perf_counter()
+        verdict = self._check(case, route)
+        verdict.t_case = time.perf_counter() - t0
+        return verdict
+
+    def _check(self, case: Case, route: str) -> Verdict:
+        source = case.program_source()
+        try:
+            ref = self.reference(case, source)
+        except Exception as exc:  # noqa: BLE001 - eager rejecting a case is a generator bug
+            return Verdict(case, route, Status.FAIL, Kind.INVALID_CASE, "eager", f"{type(exc).__name__}: {exc}")
+        artifact_dir = os.path.join(self.out_dir, "artifacts", route, case.case_id)
+        reply = self.worker(route).run(case.to_dict(), source, artifact_dir)
+        verdict = self._verdict(case, route, ref, reply)
+        verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.get("artifacts", [])
+        if not verdict.failed:
+            shutil.rmtree(artifact_dir, ignore_errors=True)
+            verdict.artifacts = []
+        return verdict
+
+    def reference(self, case: Case, source: str) -> oracle.Reference:
+        """Eager and float64 results, computed once per case however many routes run it."""
+        key = case.case_id
+        if key != self._reference_key:
+            namespace: dict = {}
+            exec(compile(source, "<torchsim-diff program>", "exec"), namespace)
+            self._reference = oracle.reference(case, namespace["program"])
+            self._reference_key = key
+        return self._reference
+
+    @staticmethod
+    def _verdict(case: Case, route: str, ref, reply: dict) -> Verdict:
+        metrics = reply.get("metrics", {})
+        if not reply["ok"]:
+            kind = Kind(reply["kind"])
+            status = Status.UNSUPPORTED if kind == Kind.UNSUPPORTED else Status.FAIL
+            return Verdict(case, route, status, kind, reply.get("stage"), reply.get("message", ""), metrics=metrics)
+        outputs = [protocol.payload_to_tensor(p) for p in reply["outputs"]]
+        storages = [protocol.payload_to_tensor(p) for p in reply["storages"]]
+        mismatch, stats = oracle.judge(case, ref, outputs, storages)
+        if mismatch is None:
+            return Verdict(case, route, Status.PASS, stats=stats, metrics=metrics)
+        return Verdict(case, route, Status.FAIL, mismatch.kind, "compare", mismatch.message, mismatch.op,
+                       mismatch.where, stats=stats, metrics=metrics)

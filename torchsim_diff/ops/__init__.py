@@ -1,0 +1,103 @@
+"""Op registry: every op the generator can put in a graph, one `OpSpec` each.
+
+An op spec says how to draw a node (operands and attributes, through a `GraphBuilder`
+from `torchsim_diff.strategies`) and how to write it as Python; shapes and dtypes of
+results are not written by hand but inferred by running the emitted code on meta
+tensors. Adding an op is one `register(OpSpec(...))` call in the family module.
+
+    >>> from torchsim_diff.ops import get_op
+    >>> get_op("add").emit(["x0", "x1"], {})
+    'torch.add(x0, x1)'
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+FAMILIES = ("pointwise", "reduction", "normalization", "matmul", "view", "indexing", "inplace")
+
+
+class UnknownOp(ValueError):
+    """An op name that is not registered."""
+
+
+class DuplicateOp(ValueError):
+    """Two specs registered under one name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One op.
+
+    name: registry name, also recorded in the case JSON.
+    family: one of FAMILIES (fuzz suites are split by family).
+    emit: (argument expressions, attrs) -> Python expression using `torch`.
+    build: (builder) -> (argument refs, attrs): draws operands and attributes.
+    dtypes: "float" (float cases only), "any" (also integer cases).
+    mutates: True when the node writes into its first argument (an input or a view of one).
+    result_domain: value domain of the result ("real", "positive", ...), so downstream
+        domain-restricted ops (log, sqrt) may consume it.
+    """
+
+    name: str
+    family: str
+    emit: Callable[[list, dict], str]
+    build: Callable
+    dtypes: str = "float"
+    mutates: bool = False
+    result_domain: str = "real"
+
+    def supports(self, dtype: str) -> bool:
+        return self.dtypes == "any" or dtype.startswith(("float", "bfloat"))
+
+
+_REGISTRY: dict = {}
+
+
+def register(spec: OpSpec) -> OpSpec:
+    if spec.name in _REGISTRY:
+        raise DuplicateOp(f"op {spec.name!r} is registered twice")
+    if spec.family not in FAMILIES:
+        raise ValueError(f"op {spec.name!r}: family={spec.family!r} is not one of {FAMILIES}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _load_families() -> None:
+    # Registry order is shrink order: Hypothesis prefers earlier ops, so simple ones go first.
+    import importlib
+    for family in ("pointwise", "reductions", "normalization", "matmul", "views", "indexing", "inplace"):
+        importlib.import_module(f"torchsim_diff.ops.{family}")
+
+
+def all_ops() -> dict:
+    """name -> OpSpec for every registered op."""
+    if not _REGISTRY:
+        _load_families()
+    return dict(_REGISTRY)
+
+
+def get_op(name: str) -> OpSpec:
+    ops = all_ops()
+    if name not in ops:
+        raise UnknownOp(f"unknown op {name!r}; known ops: {', '.join(sorted(ops))}")
+    return ops[name]
+
+
+def ops_in(families=None, names=None, dtype: str = "float32") -> list:
+    """Registered ops filtered by family names, op names and dtype support."""
+    chosen = []
+    for spec in all_ops().values():
+        if families and spec.family not in families:
+            continue
+        if names and spec.name not in names:
+            continue
+        if spec.supports(dtype):
+            chosen.append(spec)
+    return chosen
+
+
+def call(fn: str, args, **kwargs) -> str:
+    """Render `fn(arg, ..., key=value)` with Python literals for attributes."""
+    parts = list(args) + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"{fn}({', '.join(parts)})"

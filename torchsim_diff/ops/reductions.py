@@ -1,0 +1,72 @@
+"""Reductions over one or more dims, with and without keepdim."""
+from __future__ import annotations
+
+from torchsim_diff.ops import OpSpec, call, register
+
+
+def _build_multi_dim(b):
+    x = b.value()
+    dims = b.reduction_dims(len(b.shape(x)))
+    attrs = {"keepdim": b.draw_bool()}
+    if dims is not None:
+        attrs = {"dim": dims, **attrs}
+    return [x], attrs
+
+
+def _emit_multi(fn):
+    def emit(args, attrs):
+        if "dim" not in attrs:
+            return call(fn, args)
+        return call(fn, args, dim=tuple(attrs["dim"]), keepdim=attrs["keepdim"])
+    return emit
+
+
+for _name, _fn, _dt in [("sum", "torch.sum", "any"), ("mean", "torch.mean", "float"),
+                        ("amax", "torch.amax", "any"), ("amin", "torch.amin", "any")]:
+    register(OpSpec(_name, "reduction", _emit_multi(_fn), _build_multi_dim, dtypes=_dt))
+
+
+def _build_one_dim(b):
+    x = b.value()
+    rank = len(b.shape(x))
+    if rank == 0 or b.draw_bool(0.2):
+        return [x], {}
+    return [x], {"dim": b.draw_int(0, rank - 1), "keepdim": b.draw_bool()}
+
+
+def _emit_one(fn):
+    def emit(args, attrs):
+        if "dim" not in attrs:
+            return call(fn, args)
+        return call(fn, args, dim=attrs["dim"], keepdim=attrs["keepdim"])
+    return emit
+
+
+register(OpSpec("argmax", "reduction", _emit_one("torch.argmax"), _build_one_dim, dtypes="any",
+                result_domain="index"))
+register(OpSpec("prod", "reduction", _emit_one("torch.prod"), _build_one_dim, dtypes="any"))
+
+
+def _build_var(b):
+    x = b.value()
+    shape = b.shape(x)
+    dims = b.reduction_dims(len(shape))
+    reduced = 1
+    for d in (range(len(shape)) if dims is None else dims):
+        reduced *= shape[d]
+    # correction=1 over a single element divides by zero: eager's NaN is not a finding.
+    correction = b.draw_int(0, 1) if reduced > 1 else 0
+    attrs = {"correction": correction, "keepdim": b.draw_bool()}
+    if dims is not None:
+        attrs["dim"] = dims
+    return [x], attrs
+
+
+def _emit_var(args, attrs):
+    kwargs = {"correction": attrs["correction"], "keepdim": attrs["keepdim"]}
+    if "dim" in attrs:
+        kwargs = {"dim": tuple(attrs["dim"]), **kwargs}
+    return call("torch.var", args, **kwargs)
+
+
+register(OpSpec("var", "reduction", _emit_var, _build_var, result_domain="real"))

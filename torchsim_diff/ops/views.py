@@ -1,0 +1,165 @@
+"""Layout ops: transpose, permute, reshape/view, strided slicing, narrow, expand,
+unsqueeze/squeeze, cat, constant_pad_nd, contiguous and repeat."""
+from __future__ import annotations
+
+from torchsim_diff.ops import OpSpec, call, register
+
+
+def slice_expr(base: str, rank: int, dim: int, start: int, stop, step: int) -> str:
+    """`base[:, start:stop:step]` written the way a person would."""
+    stop_txt = "" if stop is None else str(stop)
+    step_txt = "" if step == 1 else f":{step}"
+    part = f"{start or ''}:{stop_txt}{step_txt}"
+    return f"{base}[{', '.join([':'] * dim + [part])}]"
+
+
+def _register(name, emit, build, dtypes="any", result_domain="same"):
+    register(OpSpec(name, "view", emit, build, dtypes=dtypes, result_domain=result_domain))
+
+
+def _build_transpose(b):
+    x = b.value(min_rank=1)
+    rank = len(b.shape(x))
+    return [x], {"dim0": b.draw_int(0, rank - 1), "dim1": b.draw_int(0, rank - 1)}
+
+
+_register("transpose", lambda a, k: call("torch.transpose", a, dim0=k["dim0"], dim1=k["dim1"]),
+          _build_transpose)
+
+
+def _build_permute(b):
+    x = b.value(min_rank=1)
+    return [x], {"dims": b.draw_permutation(len(b.shape(x)))}
+
+
+_register("permute", lambda a, k: call("torch.permute", a, dims=tuple(k["dims"])), _build_permute)
+
+
+def _build_reshape(b):
+    x = b.value()
+    return [x], {"shape": b.draw_reshape(b.shape(x))}
+
+
+_register("reshape", lambda a, k: call("torch.reshape", a, shape=tuple(k["shape"])), _build_reshape)
+
+
+def _build_view(b):
+    # A view must be expressible over the operand's strides; splitting and merging dims
+    # is only guaranteed for contiguous values, so other values get a leading unit dim.
+    x = b.value()
+    shape = b.shape(x)
+    if b.is_contiguous(x):
+        return [x], {"shape": b.draw_reshape(shape)}
+    return [x], {"shape": [1, *shape]}
+
+
+_register("view", lambda a, k: f"{a[0]}.view({', '.join(map(str, k['shape'])) or '()'})", _build_view)
+
+
+def _build_slice(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    dim = b.draw_int(0, len(shape) - 1)
+    size = shape[dim]
+    start = b.draw_int(0, max(size - 1, 0))
+    step = b.draw_int(1, 3)
+    stop = None if b.draw_bool() else b.draw_int(start + 1, max(size, start + 1))
+    return [x], {"dim": dim, "start": start, "stop": stop, "step": step}
+
+
+_register("slice", lambda a, k: slice_expr(a[0], 0, k["dim"], k["start"], k["stop"], k["step"]),
+          _build_slice)
+
+
+def _build_narrow(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    dim = b.draw_int(0, len(shape) - 1)
+    start = b.draw_int(0, shape[dim] - 1)
+    return [x], {"dim": dim, "start": start, "length": b.draw_int(1, max(shape[dim] - start, 1))}
+
+
+_register("narrow", lambda a, k: call("torch.narrow", a, dim=k["dim"], start=k["start"], length=k["length"]),
+          _build_narrow)
+
+
+def _build_expand(b):
+    x = b.value()
+    shape = list(b.shape(x))
+    ones = [i for i, s in enumerate(shape) if s == 1]
+    grown = b.draw_size(scale=b.numel(x))
+    if ones and b.draw_bool(0.7):
+        shape[b.draw_choice(ones)] = grown
+    else:
+        shape = [grown, *shape]
+    return [x], {"size": shape}
+
+
+_register("expand", lambda a, k: f"{a[0]}.expand({', '.join(map(str, k['size']))})", _build_expand)
+
+
+def _build_unsqueeze(b):
+    x = b.value(max_rank=3)
+    return [x], {"dim": b.draw_int(0, len(b.shape(x)))}
+
+
+_register("unsqueeze", lambda a, k: call("torch.unsqueeze", a, dim=k["dim"]), _build_unsqueeze)
+
+
+def _build_squeeze(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    ones = [i for i, s in enumerate(shape) if s == 1]
+    return [x], {"dim": b.draw_choice(ones) if ones else b.draw_int(0, len(shape) - 1)}
+
+
+_register("squeeze", lambda a, k: call("torch.squeeze", a, dim=k["dim"]), _build_squeeze)
+
+
+def _build_cat(b):
+    x = b.value(min_rank=1)
+    shape = list(b.shape(x))
+    dim = b.draw_int(0, len(shape) - 1)
+    other = list(shape)
+    other[dim] = b.draw_size(scale=b.numel(x) // max(shape[dim], 1))
+    return [x, b.value_of_shape(other)], {"dim": dim}
+
+
+_register("cat", lambda a, k: f"torch.cat([{', '.join(a)}], dim={k['dim']})", _build_cat,
+          result_domain="real")
+
+
+def _build_pad(b):
+    x = b.value(min_rank=1)
+    padded = b.draw_int(1, min(2, len(b.shape(x))))
+    pad = [b.draw_int(0, 3) for _ in range(2 * padded)]
+    return [x], {"pad": pad, "value": b.draw_choice([0.0, 1.5, -2.0])}
+
+
+def _emit_pad(args, attrs):
+    return call("torch.constant_pad_nd", args, pad=tuple(attrs["pad"]), value=attrs["value"])
+
+
+_register("constant_pad_nd", _emit_pad, _build_pad, dtypes="float", result_domain="real")
+
+
+def _build_contiguous(b):
+    return [b.value()], {}
+
+
+_register("contiguous", lambda a, k: f"{a[0]}.contiguous()", _build_contiguous)
+
+
+def _build_repeat(b):
+    x = b.value(max_rank=3)
+    rank = len(b.shape(x))
+    repeats = [b.draw_int(1, 3) for _ in range(rank + b.draw_int(0, 1))] or [1]
+    total = b.numel(x)
+    for r in repeats:
+        total *= r
+    if not b.fits(total):
+        repeats = [1] * len(repeats)
+    return [x], {"repeats": repeats}
+
+
+_register("repeat", lambda a, k: f"{a[0]}.repeat({', '.join(map(str, k['repeats']))})", _build_repeat)

@@ -1,0 +1,53 @@
+"""Route registry: route name -> "module:Class", plus the `torchsim_diff.routes` entry points.
+
+Adding a route touches one new file in this folder and one line here (or, for a route
+living in another package, one entry point in that package's metadata).
+"""
+from __future__ import annotations
+
+import importlib
+
+BUILTIN_ROUTES = {
+    "eager": "torchsim_diff.routes.eager:EagerRoute",
+    "inductor": "torchsim_diff.routes.inductor:InductorRoute",
+    "triton": "torchsim_diff.routes.triton:TritonInterpreterRoute",
+    "triton-cuda": "torchsim_diff.routes.triton:TritonCudaRoute",
+    "mlir": "torchsim_diff.routes.mlir:MlirJitRoute",
+    "spike": "torchsim_diff.routes.spike:SpikeRoute",
+    "torchsim-mlir": "torchsim_diff.routes.torchsim:TorchSimMlirRoute",
+    "torchsim-triton": "torchsim_diff.routes.torchsim:TorchSimTritonRoute",
+}
+ENTRY_POINT_GROUP = "torchsim_diff.routes"
+
+
+class UnknownRoute(ValueError):
+    """A route name that is neither built in nor provided by an entry point."""
+
+
+def route_targets() -> dict:
+    """Every known route name -> "module:Class" target."""
+    targets = dict(BUILTIN_ROUTES)
+    try:
+        from importlib.metadata import entry_points
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            targets.setdefault(ep.name, ep.value)
+    except Exception:  # noqa: BLE001 - broken third-party metadata must not hide our routes
+        pass
+    return targets
+
+
+def route_names() -> list:
+    return list(route_targets())
+
+
+def route_class(name: str):
+    """The Route subclass registered under `name`."""
+    targets = route_targets()
+    if name not in targets:
+        raise UnknownRoute(f"unknown route {name!r}; known routes: {', '.join(targets)}")
+    module_name, _, class_name = targets[name].partition(":")
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def make_route(name: str, options: dict | None = None):
+    return route_class(name)(options)

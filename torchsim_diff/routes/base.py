@@ -1,0 +1,135 @@
+"""The route protocol: how a compiler route compiles and runs one case.
+
+A route is a class with a `name`, `available()` and `compile()`; it is registered in
+`torchsim_diff.routes` (or through the `torchsim_diff.routes` entry-point group) and
+runs inside a worker process (`torchsim_diff.worker.server`), possibly under another
+Python interpreter. This module, and every route module, imports only the standard
+library, numpy, torch and the route's own toolchain at import time; heavy toolchains are
+imported inside methods so that listing routes stays cheap.
+
+Outcomes, not exceptions, cross the route boundary: a route signals a known failure by
+raising `RouteFailure(kind, stage, message)` or `Unsupported(reason)`; the worker turns
+those (and any other exception, as compile_error/runtime_error by the stage it escaped
+from) into an outcome record.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+from torchsim_diff.kinds import Kind
+
+
+class RouteFailure(Exception):
+    """A route-detected failure with its kind and stage (e.g. Spike trap at stage 'run')."""
+
+    def __init__(self, kind: Kind | str, stage: str, message: str, artifacts: dict | None = None):
+        super().__init__(message)
+        self.kind = Kind(kind)
+        self.stage = stage
+        self.message = message
+        self.artifacts = dict(artifacts or {})
+
+
+class Unsupported(RouteFailure):
+    """The route cannot express this case (coverage, never a bug)."""
+
+    def __init__(self, reason: str, stage: str = "compile"):
+        super().__init__(Kind.UNSUPPORTED, stage, reason)
+
+
+@dataclasses.dataclass
+class RunContext:
+    """What a route may use while compiling and running one case.
+
+    artifact_dir: empty folder for this case's files (kernel sources, IR, logs); the
+        harness keeps it for failing cases and removes it for passing ones.
+    metrics: the route adds its own figures here (e.g. "cost": instructions retired).
+    options: route options from the command line (e.g. {"isa": "rv64gcv", "vlen": 256}).
+    """
+
+    artifact_dir: str
+    case: dict
+    metrics: dict = dataclasses.field(default_factory=dict)
+    options: dict = dataclasses.field(default_factory=dict)
+
+    def artifact(self, name: str) -> str:
+        """Path for an artifact file called `name` (created folders included)."""
+        path = os.path.join(self.artifact_dir, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+
+class Compiled:
+    """A compiled program: call it with the case's inputs (views into guarded storages).
+
+    It returns the program's outputs and leaves mutated inputs holding their final values,
+    exactly like the eager program does.
+    """
+
+    def __call__(self, inputs: Sequence[Any], ctx: RunContext) -> Sequence[Any]:  # pragma: no cover
+        raise NotImplementedError
+
+
+class FunctionCompiled(Compiled):
+    """Wraps a plain callable taking the inputs."""
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, inputs, ctx):
+        return self.fn(*inputs)
+
+
+class Route:
+    """Base class for routes. Subclasses set `name` and implement `compile`.
+
+    Class attributes:
+        name: registry name (``--routes NAME``).
+        description: one line for `torchsim-diff routes`.
+        boundary: how inputs reach the compiled code, shown by `routes` (e.g. strided
+            inputs made contiguous at the boundary).
+        python_env: environment variable naming the interpreter the worker runs under
+            (None: the fuzzer's own interpreter).
+        cacheable: whether a compiled program may be reused for other input values
+            of the same graph and layouts.
+    """
+
+    name: str = ""
+    description: str = ""
+    boundary: str = "inputs passed as-is (exact strides, offsets and storages)"
+    python_env: str | None = None
+    cacheable: bool = True
+
+    def __init__(self, options: dict | None = None):
+        self.options = dict(options or {})
+
+    @classmethod
+    def interpreter(cls) -> str:
+        """The Python interpreter this route's worker runs under."""
+        if cls.python_env and os.environ.get(cls.python_env):
+            return os.environ[cls.python_env]
+        return sys.executable
+
+    @classmethod
+    def worker_env(cls, options: dict) -> dict:
+        """Environment variables the worker needs before it imports anything
+        (e.g. TRITON_INTERPRET=1 must be set before triton is imported)."""
+        return {}
+
+    def available(self) -> tuple[bool, str]:
+        """(True, versions) when the route can run here, else (False, reason)."""
+        return True, ""
+
+    def setup(self) -> None:
+        """Called once in the worker before the first case (warm-up, env, shims)."""
+
+    def compile(self, program: Callable, example_inputs: Sequence[Any], ctx: RunContext) -> Compiled:
+        raise NotImplementedError
+
+    def versions(self) -> dict:
+        """Versions of every component the route uses, for reports."""
+        import torch
+        return {"torch": torch.__version__}

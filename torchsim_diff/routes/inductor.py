@@ -1,0 +1,38 @@
+"""Route `inductor`: torch.compile with Inductor's C++ backend on CPU."""
+from __future__ import annotations
+
+from torchsim_diff.routes.base import Compiled, Route
+
+
+class InductorRoute(Route):
+    name = "inductor"
+    description = "torch.compile(fullgraph, dynamic=False), Inductor C++ kernels on CPU"
+
+    @classmethod
+    def worker_env(cls, options):
+        # One thread keeps two workers per 2-core machine from fighting over cores.
+        return {"OMP_NUM_THREADS": "1"}
+
+    def setup(self):
+        import torch
+        torch.set_num_threads(1)
+        # Each case is a fresh function; without this, dynamo's per-process limits warn.
+        torch._dynamo.config.cache_size_limit = 64
+
+    def compile(self, program, example_inputs, ctx):
+        import torch
+        compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)
+        compiled(*example_inputs)   # torch.compile is lazy: compile errors surface here
+        return _Callable(compiled)
+
+    def versions(self):
+        import torch
+        return {"torch": torch.__version__}
+
+
+class _Callable(Compiled):
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, inputs, ctx):
+        return self.fn(*inputs)

@@ -1,0 +1,83 @@
+"""Wire format between the fuzzer and a route worker.
+
+Messages are length-prefixed pickles of plain Python values (dict, list, str, bytes,
+numbers), never of torch objects, so the two sides may run different torch versions.
+Tensors travel as `TensorPayload` dicts. Worker-side module: stdlib and torch only.
+"""
+from __future__ import annotations
+
+import enum
+import pickle
+import struct
+
+import torch
+
+from torchsim_diff.layout import dtype_name, dtype_of, storage_of
+
+_HEADER = struct.Struct("<Q")
+PICKLE_PROTOCOL = 4
+
+
+class Request(str, enum.Enum):
+    """What the fuzzer asks a worker to do (one place for every message name)."""
+
+    HELLO = "hello"          # availability, versions, pid
+    RUN = "run"              # compile (cached) and run one case
+    SHUTDOWN = "shutdown"
+
+
+def send(stream, message: dict) -> None:
+    blob = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
+    stream.write(_HEADER.pack(len(blob)))
+    stream.write(blob)
+    stream.flush()
+
+
+def recv(stream) -> dict | None:
+    """Next message, or None at end of stream (the peer is gone)."""
+    header = _read_exact(stream, _HEADER.size)
+    if header is None:
+        return None
+    (length,) = _HEADER.unpack(header)
+    blob = _read_exact(stream, length)
+    if blob is None:
+        return None
+    return pickle.loads(blob)
+
+
+def _read_exact(stream, n: int):
+    chunks, left = [], n
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def tensor_to_payload(t: torch.Tensor) -> dict:
+    """Logical values of `t` (dense, row-major) plus its dtype, shape and strides."""
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    flat = torch.empty(t.numel(), dtype=t.dtype)
+    flat.copy_(t.reshape(-1))
+    raw = flat.to(torch.uint8) if flat.dtype == torch.bool else flat.view(torch.uint8)
+    return {"dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
+            "data": raw.numpy().tobytes()}
+
+
+def payload_to_tensor(p: dict) -> torch.Tensor:
+    dtype = dtype_of(p["dtype"])
+    flat = torch.frombuffer(bytearray(p["data"]), dtype=torch.uint8) if p["data"] else torch.empty(0, dtype=torch.uint8)
+    if dtype == torch.bool:
+        values = flat.to(torch.bool)
+    else:
+        values = flat.view(dtype)
+    return values.reshape(p["shape"]).clone()
+
+
+def storage_payload(view: torch.Tensor) -> dict:
+    """The whole storage behind an input view (guards included)."""
+    return tensor_to_payload(storage_of(view))

@@ -1,0 +1,182 @@
+"""Worker side: compile and run cases for one route, answering requests on a pipe.
+
+Started by `worker.client` as ``python -m torchsim_diff.worker.server ROUTE OPTIONS_JSON``,
+possibly under another interpreter. Compiled programs are cached per (program source,
+input layouts, dtype): Hypothesis replays a graph with other values while shrinking, and
+those runs need no recompile.
+"""
+from __future__ import annotations
+
+import collections
+import faulthandler
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+
+from torchsim_diff.kinds import Kind
+from torchsim_diff.worker import protocol
+from torchsim_diff.worker.protocol import Request
+
+CACHE_SIZE = 64
+
+
+class WorkerServer:
+    """Holds the route and its compile cache; one method per request kind."""
+
+    def __init__(self, route_name: str, options: dict):
+        from torchsim_diff.routes import make_route
+        self.route = make_route(route_name, options)
+        self.ok, self.reason = self.route.available()
+        self.cache: collections.OrderedDict = collections.OrderedDict()
+        self.ready = False
+
+    def handle(self, message: dict) -> dict:
+        handler = getattr(self, "on_" + Request(message["request"]).value)
+        return handler(message)
+
+    def on_hello(self, message: dict) -> dict:
+        """Availability and component versions of the route."""
+        versions = {}
+        if self.ok:
+            try:
+                versions = self.route.versions()
+            except Exception as exc:  # noqa: BLE001 - reported, not fatal
+                versions = {"error": repr(exc)}
+        return {"available": self.ok, "reason": self.reason, "versions": versions,
+                "pid": os.getpid(), "python": sys.version.split()[0]}
+
+    def on_shutdown(self, message: dict) -> dict:
+        """Acknowledge; the loop exits after answering."""
+        return {"bye": True}
+
+    def on_run(self, message: dict) -> dict:
+        """Compile (cached) and run one case; the answer is an outcome, never an exception."""
+        if not self.ok:
+            return _outcome(Kind.UNSUPPORTED, "setup", f"route unavailable: {self.reason}")
+        from torchsim_diff.routes.base import RunContext
+        case, artifact_dir = message["case"], message["artifact_dir"]
+        os.makedirs(artifact_dir, exist_ok=True)
+        ctx = RunContext(artifact_dir=artifact_dir, case=case, options=self.route.options)
+        try:
+            return self._compile_and_run(message["program"], case, ctx)
+        finally:
+            _drop_empty(artifact_dir)
+
+    def _compile_and_run(self, source: str, case: dict, ctx) -> dict:
+        from torchsim_diff import layout
+        from torchsim_diff.routes.base import RouteFailure
+        if not self.ready:
+            self.route.setup()
+            self.ready = True
+        stage, t0 = "compile", time.perf_counter()
+        try:
+            compiled, t_compile = self._compiled(source, case, ctx)
+            stage = "run"
+            inputs = layout.materialize_all(case)
+            t1 = time.perf_counter()
+            outputs = compiled(inputs, ctx)
+            t_run = time.perf_counter() - t1
+            outputs = _as_output_tuple(outputs)
+        except RouteFailure as failure:
+            return _outcome(failure.kind, failure.stage, failure.message, ctx,
+                            t_compile=time.perf_counter() - t0 if stage == "compile" else None)
+        except Exception as exc:  # noqa: BLE001 - a compiler's exception is a finding
+            kind = Kind.COMPILE_ERROR if stage == "compile" else Kind.RUNTIME_ERROR
+            return _outcome(kind, stage, _describe(exc), ctx)
+        metrics = dict(ctx.metrics, t_compile=t_compile, t_run=t_run)
+        return {"ok": True, "metrics": metrics, "artifacts": _list_files(ctx.artifact_dir),
+                "outputs": [protocol.tensor_to_payload(o) for o in outputs],
+                "storages": [protocol.storage_payload(i) for i in inputs]}
+
+    def _compiled(self, source: str, case: dict, ctx):
+        from torchsim_diff import layout
+        key = _cache_key(source, case)
+        if self.route.cacheable and key in self.cache:
+            self.cache.move_to_end(key)
+            return self.cache[key], 0.0
+        namespace: dict = {}
+        exec(compile(source, "<torchsim-diff program>", "exec"), namespace)
+        t0 = time.perf_counter()
+        compiled = self.route.compile(namespace["program"], layout.materialize_all(case), ctx)
+        t_compile = time.perf_counter() - t0
+        if self.route.cacheable:
+            self.cache[key] = compiled
+            while len(self.cache) > CACHE_SIZE:
+                self.cache.popitem(last=False)
+        return compiled, t_compile
+
+
+def _cache_key(source: str, case: dict) -> str:
+    layouts = [(i["shape"], i["dtype"], i["layout"]["strides"], i["layout"]["offset"],
+                i["layout"]["storage_size"]) for i in case["inputs"]]
+    return json.dumps([source, layouts], sort_keys=True)
+
+
+def _as_output_tuple(outputs):
+    import torch
+    if isinstance(outputs, torch.Tensor):
+        return (outputs,)
+    outputs = tuple(outputs if outputs is not None else ())
+    for i, o in enumerate(outputs):
+        if not isinstance(o, torch.Tensor):
+            raise TypeError(f"output {i} is {type(o).__name__}, not a tensor")
+    return outputs
+
+
+def _describe(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    tail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:])
+    return (text[:4000] + "\n--- traceback tail ---\n" + tail[-2000:]).strip()
+
+
+def _outcome(kind: Kind, stage: str, message: str, ctx=None, t_compile=None) -> dict:
+    metrics = dict(ctx.metrics) if ctx is not None else {}
+    if t_compile is not None:
+        metrics.setdefault("t_compile", t_compile)
+    return {"ok": False, "kind": Kind(kind).value, "stage": stage, "message": message,
+            "metrics": metrics, "artifacts": _list_files(ctx.artifact_dir) if ctx else []}
+
+
+def _list_files(folder: str) -> list:
+    found = []
+    for root, _dirs, files in os.walk(folder):
+        found += [os.path.relpath(os.path.join(root, f), folder) for f in files]
+    return sorted(found)
+
+
+def _drop_empty(folder: str) -> None:
+    if os.path.isdir(folder) and not os.listdir(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _private_channel():
+    """Move the protocol off fd 0/1 so compiler chatter on stdout cannot corrupt it."""
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(0, "rb", buffering=0), os.fdopen(reply_fd, "wb")
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    route_name, options = argv[0], json.loads(argv[1]) if len(argv) > 1 else {}
+    faulthandler.enable()
+    requests, replies = _private_channel()
+    server = WorkerServer(route_name, options)
+    while True:
+        message = protocol.recv(requests)
+        if message is None:
+            return 0
+        try:
+            reply = server.handle(message)
+        except Exception as exc:  # noqa: BLE001 - our own fault, reported as such
+            reply = _outcome(Kind.TOOL_ERROR, "worker", "torchsim-diff worker bug: " + _describe(exc))
+        protocol.send(replies, reply)
+        if message["request"] == Request.SHUTDOWN.value:
+            return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
