@@ -6,6 +6,7 @@ living in another package, one entry point in that package's metadata).
 from __future__ import annotations
 
 import importlib
+import os
 
 BUILTIN_ROUTES = {
     "eager": "torchsim_diff.routes.eager:EagerRoute",
@@ -18,6 +19,9 @@ BUILTIN_ROUTES = {
     "torchsim-triton": "torchsim_diff.routes.torchsim:TorchSimTritonRoute",
 }
 ENTRY_POINT_GROUP = "torchsim_diff.routes"
+# Extra routes without packaging: "name=module:Class,name2=module:Class". Read by the
+# fuzzer and (inherited) by its workers; used for test doubles and local experiments.
+EXTRA_ROUTES_ENV = "TORCHSIM_DIFF_ROUTES"
 
 
 class UnknownRoute(ValueError):
@@ -33,6 +37,10 @@ def route_targets() -> dict:
             targets.setdefault(ep.name, ep.value)
     except Exception:  # noqa: BLE001 - broken third-party metadata must not hide our routes
         pass
+    for item in filter(None, os.environ.get(EXTRA_ROUTES_ENV, "").split(",")):
+        name, _, target = item.partition("=")
+        if name and ":" in target:
+            targets[name.strip()] = target.strip()
     return targets
 
 

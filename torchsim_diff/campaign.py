@@ -1,0 +1,122 @@
+"""A fuzz campaign outside pytest: draw cases, run every route, record everything.
+
+Cases come from Hypothesis with a fixed seed and no example database, so the same
+options produce the same cases (and, compilers permitting, the same verdicts). The
+campaign does not stop at a failure: every verdict goes to results.jsonl as it is made;
+shrinking is `torchsim-diff reduce`'s job.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from torchsim_diff.check import Checker
+from torchsim_diff.kinds import Status
+from torchsim_diff.results import ResultsWriter
+from torchsim_diff.routes import route_class
+from torchsim_diff.strategies import cases
+
+PROGRESS_EVERY_S = 5.0
+
+
+@dataclasses.dataclass
+class CampaignOptions:
+    routes: list
+    out_dir: str
+    max_examples: int = 100
+    seed: int = 0
+    dtype: str = "float32"
+    max_nodes: int = 8
+    families: list | None = None
+    ops: list | None = None
+    special_values: bool = False
+    timeout_s: float = 120.0
+    route_options: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class CampaignResult:
+    cases: int = 0
+    records: list = dataclasses.field(default_factory=list)
+    unavailable: dict = dataclasses.field(default_factory=dict)
+    interrupted: bool = False
+
+    @property
+    def findings(self) -> list:
+        return [r for r in self.records if r["status"] == Status.FAIL.value]
+
+
+class Progress:
+    """One line every few seconds on stderr: position, speed and findings so far."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.stream = total, stream
+        self.t0 = self.last = time.monotonic()
+
+    def update(self, done: int, result: CampaignResult, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        buckets = {r["bucket"] for r in result.findings}
+        rate = done / max(now - self.t0, 1e-9)
+        self.stream.write(f"[{done}/{self.total}] {rate:.2f} cases/s, {len(result.findings)} failing records "
+                          f"in {len(buckets)} buckets\n")
+        self.stream.flush()
+
+
+def run_campaign(opts: CampaignOptions) -> CampaignResult:
+    """Run the campaign; KeyboardInterrupt ends it early with everything so far kept."""
+    for name in opts.routes:
+        route_class(name)
+    strategy = cases(dtype=opts.dtype, max_nodes=opts.max_nodes, families=opts.families, ops=opts.ops,
+                     special_values=opts.special_values)
+    result = CampaignResult()
+    os.makedirs(opts.out_dir, exist_ok=True)
+    progress = Progress(opts.max_examples)
+    with Checker(out_dir=opts.out_dir, timeout_s=opts.timeout_s, route_options=opts.route_options) as checker, \
+            ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
+        available = _available_routes(checker, opts.routes, result)
+
+        @seed(opts.seed)
+        @settings(max_examples=opts.max_examples, database=None, deadline=None, phases=[Phase.generate],
+                  suppress_health_check=list(HealthCheck))
+        @given(case=strategy)
+        def one_case(case):
+            for route in opts.routes:
+                verdict = checker.check(case, route) if route in available else None
+                record = verdict.record() if verdict else _skipped(case, route, result.unavailable[route])
+                writer.write(record)
+                result.records.append(record)
+            result.cases += 1
+            progress.update(result.cases, result)
+
+        try:
+            one_case()
+        except KeyboardInterrupt:
+            result.interrupted = True
+        progress.update(result.cases, result, force=True)
+    return result
+
+
+def _available_routes(checker: Checker, routes, result: CampaignResult) -> set:
+    available = set()
+    for route in routes:
+        ok, reason, _versions = checker.availability(route)
+        if ok:
+            available.add(route)
+        else:
+            result.unavailable[route] = reason
+            sys.stderr.write(f"route {route} unavailable, its records are 'skipped': {reason}\n")
+    return available
+
+
+def _skipped(case, route: str, reason: str) -> dict:
+    return {"case_id": case.case_id, "seed": case.values.get("seed"), "graph_hash": case.graph_hash,
+            "route": route, "status": Status.SKIPPED.value, "kind": None, "stage": None, "bucket": None,
+            "op": None, "ops": case.ops, "dtypes": case.dtypes, "layouts": case.layouts,
+            "n_nodes": len(case.nodes), "message": reason, "case": case.to_dict()}

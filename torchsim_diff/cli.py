@@ -1,0 +1,187 @@
+"""`torchsim-diff` command line. Exit status: 0 clean, 1 findings, 2 usage or environment error.
+
+User mistakes (unknown route or op, malformed case JSON, missing files) print one line
+starting with "torchsim-diff: error:" and exit 2; they never print a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import sys
+import time
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for; the message is the one line printed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _split(text: str | None) -> list | None:
+    return [t.strip() for t in text.split(",") if t.strip()] if text else None
+
+
+def _default_out() -> str:
+    return os.path.join("reports", time.strftime("run-%Y%m%d-%H%M%S"))
+
+
+# -- routes / ops -----------------------------------------------------------------------
+def cmd_routes(args) -> int:
+    """List every route with its availability and reason, probed in its own worker."""
+    from torchsim_diff.check import Checker
+    from torchsim_diff.report import render
+    from torchsim_diff.routes import route_class, route_names
+    import tempfile
+    names = _split(args.routes) or route_names()
+    for name in names:
+        _route_or_usage(name)
+    with tempfile.TemporaryDirectory(prefix="torchsim-diff-routes-") as tmp, Checker(out_dir=tmp) as checker:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            probes = dict(zip(names, pool.map(checker.availability, names)))
+    rows = []
+    for name in names:
+        ok, reason, versions = probes[name]
+        cls = route_class(name)
+        rows.append({"route": name, "available": "yes" if ok else "no",
+                     "reason / versions": reason if not ok else ", ".join(f"{k} {v}" for k, v in versions.items()),
+                     "what runs": cls.description, "boundary": cls.boundary})
+    print(render(rows, args.format))
+    return EXIT_CLEAN
+
+
+def cmd_ops(args) -> int:
+    """List the registered ops by family."""
+    from torchsim_diff.ops import all_ops
+    from torchsim_diff.report import render
+    rows = [{"op": s.name, "family": s.family, "dtypes": s.dtypes, "mutates": s.mutates}
+            for s in all_ops().values()]
+    print(render(rows, args.format))
+    return EXIT_CLEAN
+
+
+def _route_or_usage(name: str):
+    from torchsim_diff.routes import UnknownRoute, route_class
+    try:
+        return route_class(name)
+    except UnknownRoute as exc:
+        raise UsageError(str(exc)) from None
+
+
+# -- fuzz -------------------------------------------------------------------------------
+def cmd_fuzz(args) -> int:
+    """Run a campaign; print a summary table; exit 1 when anything failed."""
+    from torchsim_diff.campaign import CampaignOptions, run_campaign
+    from torchsim_diff.report import bucket_rows, render, summary_rows
+    from torchsim_diff.strategies import InvalidArgument
+    routes = _split(args.routes)
+    for name in routes:
+        _route_or_usage(name)
+    opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=args.max_examples,
+                           seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
+                           families=_split(args.families), ops=_split(args.ops),
+                           special_values=args.special_values, timeout_s=args.timeout,
+                           route_options=_route_options(args))
+    try:
+        result = run_campaign(opts)
+    except InvalidArgument as exc:
+        raise UsageError(str(exc)) from None
+    print(render(summary_rows(result.records), "plain", "Summary"))
+    if result.findings:
+        print()
+        print(render(bucket_rows(result.records), "plain", "Buckets"))
+    print(f"\n{result.cases} cases, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
+          + (" (interrupted)" if result.interrupted else ""))
+    if result.interrupted:
+        return 130
+    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+
+
+def _route_options(args) -> dict:
+    options = {}
+    for item in args.route_option or []:
+        if "=" not in item or "." not in item.split("=", 1)[0]:
+            raise UsageError(f"--route-option {item!r} must look like ROUTE.KEY=VALUE (e.g. spike.vlen=512)")
+        key, value = item.split("=", 1)
+        route, name = key.split(".", 1)
+        _route_or_usage(route)
+        options.setdefault(route, {})[name] = int(value) if value.isdigit() else value
+    return options
+
+
+# -- tables -----------------------------------------------------------------------------
+def cmd_table(args) -> int:
+    """Print tables over one or more run folders (or results.jsonl files)."""
+    from torchsim_diff import report
+    from torchsim_diff.results import find_results, read_records
+    files = find_results(args.dirs)
+    if not files:
+        raise UsageError(f"no results*.jsonl found under {', '.join(args.dirs)}")
+    records = [r for f in files for r in read_records(f)]
+    kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
+             "buckets": report.bucket_rows, "coverage": report.coverage_rows}
+    chosen = _split(args.tables) or list(kinds)
+    for name in chosen:
+        if name not in kinds:
+            raise UsageError(f"--tables: {name!r} is not one of {', '.join(kinds)}")
+    print("\n\n".join(report.render(kinds[name](records), args.format, name.title()) for name in chosen))
+    return EXIT_CLEAN
+
+
+# -- parser -----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    from torchsim_diff.report import FORMATS
+    parser = _Parser(prog="torchsim-diff", description="Differential fuzzing of PyTorch compiler routes.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("routes", help="list routes, whether they can run here, and why not")
+    p.add_argument("--routes", help="only these routes (comma-separated)")
+    p.add_argument("--format", choices=FORMATS, default="plain")
+    p.set_defaults(func=cmd_routes)
+
+    p = sub.add_parser("ops", help="list the ops the generator can use")
+    p.add_argument("--format", choices=FORMATS, default="plain")
+    p.set_defaults(func=cmd_ops)
+
+    p = sub.add_parser("fuzz", help="run a fuzz campaign")
+    p.add_argument("--routes", default="inductor", help="comma-separated routes (default: inductor)")
+    p.add_argument("--max-examples", type=int, default=100, help="cases to generate (default: 100)")
+    p.add_argument("--seed", type=int, default=0, help="Hypothesis seed: same seed, same cases (default: 0)")
+    p.add_argument("--out", help="run folder (default: reports/run-<time>)")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, int32, int64")
+    p.add_argument("--max-nodes", type=int, default=8)
+    p.add_argument("--families", help="only ops of these families (comma-separated)")
+    p.add_argument("--ops", help="only these ops (comma-separated)")
+    p.add_argument("--special-values", action="store_true", help="add NaN, Inf, -0.0, subnormals, huge values")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per case before 'timeout' (default: 120)")
+    p.add_argument("--route-option", action="append", metavar="ROUTE.KEY=VALUE",
+                   help="route option, e.g. spike.vlen=512 (repeatable)")
+    p.set_defaults(func=cmd_fuzz)
+
+    p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
+    p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")
+    p.add_argument("--format", choices=FORMATS, default="plain")
+    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage (default: all)")
+    p.set_defaults(func=cmd_table)
+    return parser
+
+
+def main(argv=None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return args.func(args)
+    except UsageError as exc:
+        sys.stderr.write(f"torchsim-diff: error: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("torchsim-diff: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

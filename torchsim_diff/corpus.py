@@ -1,0 +1,101 @@
+"""Corpora: seed cases that must pass, and known bugs that must keep failing.
+
+    corpora/seed/<name>.json    {"case": {...}, "note": "..."}
+    corpora/known/<name>.json   {"route": R, "kind": K, "bucket": B, "signature": S,
+                                 "case": {...}, "note": "...", "upstream": "..."}
+
+A seed entry passes (or is `unsupported`) on every available route. A known entry fails
+on its route in its bucket, strictly: if it stops reproducing, replay says so. A corrupt
+entry is reported with its path and reason and skipped, never fatal. Writes are atomic
+(temporary file, then rename), so an interrupted write never leaves half an entry.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+
+from torchsim_diff.graph import Case, CaseError
+
+SEED, KNOWN = "seed", "known"
+
+
+class CorruptEntry(ValueError):
+    """A corpus file that cannot be read as an entry (message starts with its path)."""
+
+
+@dataclasses.dataclass
+class Entry:
+    path: str
+    kind: str                  # SEED or KNOWN
+    case: Case
+    route: str | None = None
+    bucket: str | None = None
+    failure_kind: str | None = None
+    note: str = ""
+    raw: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return os.path.splitext(os.path.basename(self.path))[0]
+
+
+def read_entry(path: str) -> Entry:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = json.load(handle)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptEntry(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise CorruptEntry(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(raw, dict) or "case" not in raw:
+        raise CorruptEntry(f"{path}: an entry is an object with a 'case' field")
+    try:
+        case = Case.from_dict(raw["case"])
+    except CaseError as exc:
+        raise CorruptEntry(f"{path}: {exc}") from None
+    kind = KNOWN if raw.get("route") and raw.get("bucket") else SEED
+    return Entry(path, kind, case, raw.get("route"), raw.get("bucket"), raw.get("kind"), raw.get("note", ""), raw)
+
+
+def iter_entries(paths):
+    """(entry, None) or (None, CorruptEntry) for every *.json under the given paths."""
+    for path in _json_files(paths):
+        try:
+            yield read_entry(path), None
+        except CorruptEntry as exc:
+            yield None, exc
+
+
+def _json_files(paths) -> list:
+    files = []
+    for path in paths:
+        if os.path.isdir(path):
+            for root, _dirs, names in os.walk(path):
+                files += [os.path.join(root, n) for n in names if n.endswith(".json")]
+        elif path.endswith(".json"):
+            files.append(path)
+    return sorted(files)
+
+
+def known_buckets(folder: str) -> set:
+    """Buckets of the readable known-bug entries under `folder` (empty when absent)."""
+    if not os.path.isdir(folder):
+        return set()
+    return {e.bucket for e, err in iter_entries([folder]) if e is not None and e.kind == KNOWN}
+
+
+def write_atomic(path: str, data: dict) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=1)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

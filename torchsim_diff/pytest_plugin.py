@@ -1,0 +1,199 @@
+"""pytest plugin: fuzz suites as test items, one warm checker per xdist worker, one merged table.
+
+Options (see `pytest --help`, group torchsim-diff): --routes, --fuzz-examples, --fuzz-seed,
+--fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --known-bugs.
+
+Hypothesis profiles registered here: `ci` (few examples, fixed seeds, no database, no
+deadline), `default` (a useful campaign) and `long` (thousands per item). Pick one with
+Hypothesis's own `--hypothesis-profile`.
+
+Each xdist worker keeps one Checker (warm route workers, own Inductor caches) and writes
+its own results-<worker>.jsonl in the run's report folder; the controller prints the
+merged tables at the end. A failing case raises its bucket's own exception type, so
+Hypothesis shrinks each bug separately; a case in a known bucket (corpora/known) is
+recorded and not raised.
+"""
+from __future__ import annotations
+
+import os
+import random
+import time
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+PROFILES = {
+    "ci": dict(max_examples=6, deadline=None, database=None, print_blob=True,
+               suppress_health_check=list(HealthCheck)),
+    "default": dict(max_examples=40, deadline=None, print_blob=True,
+                    suppress_health_check=list(HealthCheck)),
+    "long": dict(max_examples=1000, deadline=None, print_blob=True,
+                 suppress_health_check=list(HealthCheck)),
+}
+for _name, _kwargs in PROFILES.items():
+    settings.register_profile(_name, **_kwargs)
+
+DEFAULT_ROUTES = "eager,inductor"
+SESSION_NAME = "torchsim-diff-session"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("torchsim-diff", "differential fuzzing of compiler routes")
+    group.addoption("--routes", default=DEFAULT_ROUTES,
+                    help=f"comma-separated routes the fuzz suites run on (default: {DEFAULT_ROUTES})")
+    group.addoption("--fuzz-examples", type=int, default=None,
+                    help="examples per fuzz item (default: the Hypothesis profile's max_examples)")
+    group.addoption("--fuzz-seed", type=int, default=None,
+                    help="base seed; the ci profile uses 0, others draw one and print it")
+    group.addoption("--fuzz-dtypes", default="float32", help="comma-separated dtypes (default: float32)")
+    group.addoption("--fuzz-shards", type=int, default=1, help="items per route x family x dtype (default: 1)")
+    group.addoption("--report-dir", default=None, help="run folder (default: reports/pytest-<time>)")
+    group.addoption("--fuzz-timeout", type=float, default=120.0, help="seconds per case (default: 120)")
+    group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known)")
+
+
+def pytest_configure(config):
+    session = FuzzSession(config)
+    config.pluginmanager.register(session, SESSION_NAME)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(session), "torchsim-diff-xdist")
+
+
+def pytest_generate_tests(metafunc):
+    session = metafunc.config.pluginmanager.get_plugin(SESSION_NAME)
+    if "fuzz_route" in metafunc.fixturenames:
+        metafunc.parametrize("fuzz_route", session.routes)
+    if "fuzz_dtype" in metafunc.fixturenames:
+        metafunc.parametrize("fuzz_dtype", session.dtypes)
+    if "fuzz_shard" in metafunc.fixturenames:
+        metafunc.parametrize("fuzz_shard", range(session.shards))
+
+
+@pytest.fixture(scope="session")
+def torchsim_session(request):
+    """The run's FuzzSession: `check(case, route)`, `fuzz_seed(...)`, `settings()`."""
+    return request.config.pluginmanager.get_plugin(SESSION_NAME)
+
+
+class _XdistHooks:
+    def __init__(self, session):
+        self.session = session
+
+    def pytest_configure_node(self, node):
+        """Hand the controller's report folder and seed to each worker."""
+        node.workerinput["torchsim_report_dir"] = self.session.report_dir
+        node.workerinput["torchsim_seed"] = self.session.base_seed
+
+
+class FuzzSession:
+    """Per-process state: options, the lazily started Checker and the results writer."""
+
+    def __init__(self, config):
+        self.config = config
+        opt = config.getoption
+        worker_input = getattr(config, "workerinput", None)
+        self.worker_id = worker_input["workerid"] if worker_input else "main"
+        self.routes = [r for r in opt("--routes").split(",") if r]
+        self.dtypes = [d for d in opt("--fuzz-dtypes").split(",") if d]
+        self.shards = max(1, opt("--fuzz-shards"))
+        self.examples = opt("--fuzz-examples")
+        self.timeout_s = opt("--fuzz-timeout")
+        if worker_input and "torchsim_report_dir" in worker_input:
+            self.report_dir, self.base_seed = worker_input["torchsim_report_dir"], worker_input["torchsim_seed"]
+        else:
+            self.report_dir = opt("--report-dir") or os.path.join("reports", time.strftime("pytest-%Y%m%d-%H%M%S"))
+            self.base_seed = self._choose_seed(opt("--fuzz-seed"))
+        self.known = _load_known(opt("--known-bugs") or os.path.join(str(config.rootpath), "corpora", "known"))
+        self._checker = None
+        self._writer = None
+        self._availability: dict = {}
+        self.used = False
+
+    def _choose_seed(self, given_seed):
+        if given_seed is not None:
+            return given_seed
+        profile = settings.default
+        return 0 if profile.database is None else random.randrange(2**31)
+
+    # -- used by fuzz tests ------------------------------------------------------------
+    def fuzz_seed(self, *parts) -> int:
+        """A stable seed for one item: the base seed mixed with the item's parameters."""
+        return (self.base_seed * 1_000_003 + zlib.crc32("/".join(map(str, parts)).encode())) % (2**32)
+
+    def settings(self):
+        """Hypothesis settings for a fuzz item (profile, with --fuzz-examples applied)."""
+        if self.examples is None:
+            return settings()
+        return settings(max_examples=self.examples)
+
+    def require(self, route: str) -> None:
+        """Skip the calling test with the reason when `route` cannot run here."""
+        if route not in self._availability:
+            self._availability[route] = self.checker.availability(route)
+        ok, reason, _ = self._availability[route]
+        if not ok:
+            pytest.skip(f"route {route} unavailable: {reason}")
+
+    def check(self, case, route: str):
+        """Run, record, and raise the bucket's Finding unless the bucket is a known bug."""
+        verdict = self.checker.check(case, route)
+        record = verdict.record()
+        record["known"] = bool(verdict.bucket and verdict.bucket in self.known)
+        self.writer.write(record)
+        if not record["known"]:
+            verdict.raise_if_failed()
+        return verdict
+
+    @property
+    def checker(self):
+        if self._checker is None:
+            from torchsim_diff.check import Checker
+            self._checker = Checker(out_dir=self.report_dir, timeout_s=self.timeout_s, tag=self.worker_id)
+        self.used = True
+        return self._checker
+
+    @property
+    def writer(self):
+        if self._writer is None:
+            from torchsim_diff.results import ResultsWriter
+            self._writer = ResultsWriter(os.path.join(self.report_dir, f"results-{self.worker_id}.jsonl"))
+        return self._writer
+
+    # -- hooks ---------------------------------------------------------------------------
+    def pytest_report_header(self, config):
+        return (f"torchsim-diff: routes={','.join(self.routes)} dtypes={','.join(self.dtypes)} "
+                f"seed={self.base_seed} report-dir={self.report_dir}")
+
+    def pytest_sessionfinish(self, session):
+        if self._checker is not None:
+            self._checker.close()
+        if self._writer is not None:
+            self._writer.close()
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if getattr(self.config, "workerinput", None):
+            return
+        from torchsim_diff import report
+        from torchsim_diff.results import find_results, read_records
+        if not os.path.isdir(self.report_dir):
+            return
+        records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
+        if not records:
+            return
+        write = terminalreporter.write_line
+        terminalreporter.section("torchsim-diff")
+        for title, rows in (("Summary", report.summary_rows(records)),
+                            ("Buckets", report.bucket_rows(records)),
+                            ("Error tolerance", report.tolerance_rows(records))):
+            if rows:
+                for line in report.render(rows, "plain", title).splitlines():
+                    write(line)
+                write("")
+        write(f"records: {self.report_dir}")
+
+
+def _load_known(folder: str) -> set:
+    """Buckets of the known bugs kept in the corpus (entries with "expect": "fail")."""
+    from torchsim_diff.corpus import known_buckets
+    return known_buckets(folder)

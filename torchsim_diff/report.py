@@ -1,0 +1,133 @@
+"""Tables over results.jsonl records: run summary, error tolerances, buckets, coverage.
+
+Every table is a list of rows (dicts) first and text second, so the same data prints as
+plain text, Markdown, CSV, JSON or HTML.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+from collections import defaultdict
+
+from tabulate import tabulate
+
+FORMATS = ("plain", "md", "csv", "json", "html")
+
+
+def render(rows: list, fmt: str = "plain", title: str | None = None) -> str:
+    """Rows as text in one of FORMATS."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format={fmt!r} is not one of {FORMATS}")
+    if fmt == "json":
+        return json.dumps(rows, indent=1)
+    if fmt == "csv":
+        out = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return out.getvalue()
+    if not rows:
+        return f"{title}: no records" if title else "no records"
+    table = tabulate([list(r.values()) for r in rows], headers=list(rows[0]),
+                     tablefmt={"plain": "simple", "md": "github", "html": "html"}[fmt],
+                     floatfmt=".3g", missingval="-")
+    if title and fmt == "md":
+        return f"### {title}\n\n{table}"
+    if title and fmt == "html":
+        return f"<h3>{html.escape(title)}</h3>\n{table}"
+    return f"{title}\n{table}" if title else table
+
+
+def _fmt_rate(count: int, seconds: float):
+    return round(count / seconds, 2) if seconds > 0 else None
+
+
+def summary_rows(records) -> list:
+    """Per route: case counts by status, buckets, speed and the harness share of time."""
+    by_route = defaultdict(list)
+    for r in records:
+        by_route[r["route"]].append(r)
+    rows = []
+    for route, recs in sorted(by_route.items()):
+        count = lambda s: sum(1 for r in recs if r["status"] == s)  # noqa: E731
+        total_time = sum(r.get("t_case") or 0.0 for r in recs)
+        harness = sum(r.get("t_harness") or 0.0 for r in recs)
+        rows.append({
+            "route": route, "cases": len(recs), "pass": count("pass"), "fail": count("fail"),
+            "unsupported": count("unsupported"), "skipped": count("skipped"),
+            "buckets": len({r["bucket"] for r in recs if r.get("bucket")}),
+            "cases/s": _fmt_rate(len(recs), total_time),
+            "harness %": round(100.0 * harness / total_time, 1) if total_time else None,
+        })
+    return rows
+
+
+def _percentile(values: list, q: float):
+    values = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
+
+
+def tolerance_rows(records) -> list:
+    """Per route x op x dtype: the error seen and the tolerance it implies.
+
+    A case counts towards every op it contains; `atol needed` / `rtol needed` are the
+    smallest tolerances under which every passing and value-failing case would pass
+    a plain allclose against the float64 truth.
+    """
+    groups = defaultdict(list)
+    for r in records:
+        if r["status"] not in ("pass", "fail") or r.get("kind") not in (None, "wrong_values"):
+            continue
+        dtype = r["case"]["dtype"] if r.get("case") else ",".join(r.get("dtypes", []))
+        for op in r.get("ops", []):
+            groups[(r["route"], op, dtype)].append(r)
+    rows = []
+    for (route, op, dtype), recs in sorted(groups.items()):
+        rows.append({
+            "route": route, "op": op, "dtype": dtype, "cases": len(recs),
+            "passed": sum(1 for r in recs if r["status"] == "pass"),
+            "max abs err": max((r.get("max_abs_err") or 0.0) for r in recs),
+            "max rel err": max((r.get("max_rel_err") or 0.0) for r in recs),
+            "max ulp": max((r.get("max_ulp") or 0.0) for r in recs),
+            "p99 err/eager": _percentile([r.get("err_ratio") for r in recs], 0.99),
+            "atol needed": max((r.get("max_abs_err") or 0.0) for r in recs),
+            "rtol needed": max((r.get("max_rel_err") or 0.0) for r in recs),
+        })
+    return rows
+
+
+def bucket_rows(records, reproducers: dict | None = None) -> list:
+    """One row per bucket: where, what, how often, and its smallest case."""
+    buckets: dict = {}
+    for r in records:
+        if not r.get("bucket"):
+            continue
+        row = buckets.setdefault(r["bucket"], {
+            "bucket": r["bucket"], "route": r["route"], "kind": r["kind"], "op": r.get("op"), "count": 0,
+            "first seen": r.get("case_id"), "smallest (nodes)": r.get("n_nodes"),
+            "message": (r.get("message") or "").splitlines()[0][:80] if r.get("message") else "",
+            "reproducer": (reproducers or {}).get(r["bucket"])})
+        row["count"] += 1
+        row["smallest (nodes)"] = min(row["smallest (nodes)"], r.get("n_nodes") or 0)
+    return sorted(buckets.values(), key=lambda row: (-row["count"], row["bucket"]))
+
+
+def coverage_rows(records) -> list:
+    """op x layout class: how many cases put that op next to an input of that class."""
+    from torchsim_diff.layout import LAYOUT_CLASSES
+    counts = defaultdict(lambda: defaultdict(int))
+    seen = set()
+    for r in records:
+        if r["case_id"] in seen:
+            continue
+        seen.add(r["case_id"])
+        for op in r.get("ops", []):
+            for cls in r.get("layouts", []):
+                counts[op][cls] += 1
+    return [{"op": op, **{cls: counts[op].get(cls, 0) for cls in LAYOUT_CLASSES}} for op in sorted(counts)]
