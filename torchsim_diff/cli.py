@@ -114,6 +114,48 @@ def _route_options(args) -> dict:
     return options
 
 
+# -- replay ---------------------------------------------------------------------------
+def cmd_replay(args) -> int:
+    """Replay case files and corpus entries; exit 1 when one does not behave as expected."""
+    from torchsim_diff.check import Checker
+    from torchsim_diff.corpus import iter_entries
+    from torchsim_diff.replay import replay_entry, routes_for
+    from torchsim_diff.report import render
+    import tempfile
+    routes = _split(args.routes)
+    for name in routes:
+        _route_or_usage(name)
+    for path in args.paths:
+        if not os.path.exists(path):
+            raise UsageError(f"{path}: no such file or folder")
+    entries, corrupt = [], []
+    for entry, error in iter_entries(args.paths):
+        if error is not None:
+            sys.stderr.write(f"torchsim-diff: error: corrupt entry skipped: {error}\n")
+            corrupt.append(error)
+        else:
+            entries.append(entry)
+    if not entries:
+        return EXIT_USAGE if corrupt else EXIT_CLEAN
+    rows, ok = [], True
+    out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-replay-")
+    with Checker(out_dir=out_dir, timeout_s=args.timeout) as checker:
+        available = {r for r in routes if checker.availability(r)[0]}
+        for entry in entries:
+            for route in routes_for(entry, routes):
+                if route not in available:
+                    rows.append({"entry": entry.name, "route": route, "expected": "-",
+                                 "got": "skipped (route unavailable)", "ok": "-"})
+                    continue
+                outcome = replay_entry(checker, entry, route)
+                rows.append(outcome.row())
+                ok &= outcome.ok
+    print(render(rows, args.format))
+    if corrupt:
+        return EXIT_USAGE
+    return EXIT_CLEAN if ok else EXIT_FINDINGS
+
+
 # -- tables -----------------------------------------------------------------------------
 def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
@@ -162,6 +204,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--route-option", action="append", metavar="ROUTE.KEY=VALUE",
                    help="route option, e.g. spike.vlen=512 (repeatable)")
     p.set_defaults(func=cmd_fuzz)
+
+    p = sub.add_parser("replay", help="replay case files or corpus entries on routes")
+    p.add_argument("paths", nargs="+", help="case JSON files, corpus entries or folders of them")
+    p.add_argument("--routes", default="eager,inductor", help="comma-separated routes (default: eager,inductor)")
+    p.add_argument("--out", help="folder for artifacts of failing replays (default: a temporary folder)")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--format", choices=FORMATS, default="plain")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")

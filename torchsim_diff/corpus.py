@@ -49,6 +49,8 @@ def read_entry(path: str) -> Entry:
         raise CorruptEntry(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise CorruptEntry(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if isinstance(raw, dict) and "nodes" in raw and "case" not in raw:
+        raw = {"case": raw}                      # a bare case file replays like a seed entry
     if not isinstance(raw, dict) or "case" not in raw:
         raise CorruptEntry(f"{path}: an entry is an object with a 'case' field")
     try:

@@ -1,0 +1,53 @@
+import os
+
+import pytest
+
+from tests.route_doubles import DOUBLES
+from torchsim_diff.graph import Case
+from torchsim_diff.routes import EXTRA_ROUTES_ENV
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def double_routes(monkeypatch):
+    """Register the test-double routes for this process and its workers."""
+    monkeypatch.setenv(EXTRA_ROUTES_ENV, ",".join(f"{k}={v}" for k, v in DOUBLES.items()))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+    return DOUBLES
+
+
+def make_case(nodes, inputs, outputs, dtype="float32", seed=0) -> Case:
+    """A hand-written case; inputs are (name, shape, strides, offset, storage_size, extra)."""
+    specs = []
+    for name, shape, strides, offset, size, extra in inputs:
+        spec = {"name": name, "shape": shape, "dtype": extra.get("dtype", dtype),
+                "domain": extra.get("domain", {"kind": "real"}),
+                "layout": {"classes": extra.get("classes", ["contiguous"]), "strides": strides,
+                           "offset": offset, "storage_size": size},
+                "mutated": extra.get("mutated", False)}
+        specs.append(spec)
+    return Case.from_dict({"schema": 1, "dtype": dtype, "inputs": specs, "nodes": nodes,
+                           "outputs": outputs, "values": {"seed": seed}})
+
+
+@pytest.fixture
+def add_case():
+    """relu(x0.t() + x1) over a transposed, offset input with guard elements on both sides."""
+    return make_case(
+        nodes=[{"id": "v0", "op": "transpose", "args": ["x0"], "attrs": {"dim0": 0, "dim1": 1}},
+               {"id": "v1", "op": "add", "args": ["v0", "x1"], "attrs": {}},
+               {"id": "v2", "op": "relu", "args": ["v1"], "attrs": {}}],
+        inputs=[("x0", [3, 5], [1, 3], 2, 20, {}), ("x1", [5, 3], [3, 1], 0, 15, {})],
+        outputs=["v2"])
+
+
+@pytest.fixture
+def inout_case():
+    """x0[:, 1:3].copy_(x1) on a mutated input; returns nothing but the mutation."""
+    return make_case(
+        nodes=[{"id": "v0", "op": "copy_", "args": ["x0", "x1"],
+                "attrs": {"view": {"kind": "slice", "dim": 1, "start": 1, "stop": 3, "step": 1}}}],
+        inputs=[("x0", [4, 5], [5, 1], 0, 22, {"mutated": True, "classes": ["sliced", "inout"]}),
+                ("x1", [4, 2], [2, 1], 0, 8, {})],
+        outputs=[])

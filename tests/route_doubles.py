@@ -1,0 +1,111 @@
+"""Deliberately broken routes (test doubles) for the harness's own tests.
+
+Registered through the TORCHSIM_DIFF_ROUTES environment variable (see `double_routes`
+in tests/conftest.py), so they run in real worker subprocesses like any route.
+"""
+import ctypes
+import time
+
+from torchsim_diff.layout import storage_of
+from torchsim_diff.routes.base import Compiled, Route
+
+
+def _odd_seed(ctx) -> bool:
+    return ctx.case["values"]["seed"] % 2 == 1
+
+
+class _Eager(Compiled):
+    def __init__(self, program, after=None):
+        self.program, self.after = program, after
+
+    def __call__(self, inputs, ctx):
+        outputs = self.program(*inputs)
+        if self.after:
+            self.after(inputs, outputs, ctx)
+        return outputs
+
+
+class GuardWriterRoute(Route):
+    """Correct outputs, but writes one element just past the end of input 0's view."""
+
+    name = "double-guard-writer"
+
+    def compile(self, program, example_inputs, ctx):
+        def scribble(inputs, outputs, ctx):
+            storage_of(inputs[0])[-1] = 7.0
+        return _Eager(program, scribble)
+
+
+class WrongElementRoute(Route):
+    """Returns output 0 with its first element off by one."""
+
+    name = "double-wrong-element"
+
+    def compile(self, program, example_inputs, ctx):
+        def corrupt(inputs, outputs, ctx):
+            outputs[0].view(-1)[0] += 1.0
+        return _Eager(program, corrupt)
+
+
+class ZeroSeededInoutRoute(Route):
+    """Treats mutated inputs as pure outputs: zeroes them before running (PR #308's bug)."""
+
+    name = "double-zero-inout"
+
+    def compile(self, program, example_inputs, ctx):
+        mutated = [i for i, spec in enumerate(ctx.case["inputs"]) if spec.get("mutated")]
+
+        class _Zeroing(Compiled):
+            def __call__(self, inputs, ctx):
+                for i in mutated:
+                    inputs[i].zero_()
+                return program(*inputs)
+        return _Zeroing()
+
+
+class SegfaultRoute(Route):
+    """Segfaults on cases with an odd seed, runs eager on the others."""
+
+    name = "double-segfault"
+    cacheable = False
+
+    def compile(self, program, example_inputs, ctx):
+        if _odd_seed(ctx):
+            ctypes.string_at(0)
+        return _Eager(program)
+
+
+class HangRoute(Route):
+    """Hangs on cases with an odd seed, runs eager on the others."""
+
+    name = "double-hang"
+    cacheable = False
+
+    def compile(self, program, example_inputs, ctx):
+        if _odd_seed(ctx):
+            time.sleep(3600)
+        return _Eager(program)
+
+
+class RaisingRoute(Route):
+    """Fails to compile any graph containing `exp` with a message carrying sizes."""
+
+    name = "double-raising"
+
+    def compile(self, program, example_inputs, ctx):
+        if any(n["op"] == "exp" for n in ctx.case["nodes"]):
+            shape = list(example_inputs[0].shape)
+            raise RuntimeError(f"LoweringException: cannot lower exp at buf{len(shape)} for size {shape}")
+        return _Eager(program)
+
+
+class UnavailableRoute(Route):
+    name = "double-unavailable"
+
+    def available(self):
+        return False, "the double toolchain is not installed (set DOUBLE_HOME)"
+
+
+DOUBLES = {cls.name: f"tests.route_doubles:{cls.__name__}" for cls in (
+    GuardWriterRoute, WrongElementRoute, ZeroSeededInoutRoute, SegfaultRoute, HangRoute, RaisingRoute,
+    UnavailableRoute)}

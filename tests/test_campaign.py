@@ -1,0 +1,52 @@
+"""Campaigns: same seed, same cases and verdicts; records written as they are made."""
+import json
+import os
+
+import pytest
+
+from torchsim_diff.campaign import CampaignOptions, run_campaign
+from torchsim_diff.cli import main
+from torchsim_diff.results import read_records
+
+pytestmark = pytest.mark.slow
+STABLE = ("case_id", "graph_hash", "route", "status", "kind", "bucket", "max_abs_err", "max_ulp")
+
+
+def _stable(records):
+    return [{k: r.get(k) for k in STABLE} for r in records]
+
+
+def test_same_seed_same_cases_and_verdicts(tmp_path):
+    runs = [run_campaign(CampaignOptions(routes=["eager"], out_dir=str(tmp_path / name), max_examples=25, seed=7))
+            for name in ("a", "b")]
+    assert len(runs[0].records) == 25
+    assert _stable(runs[0].records) == _stable(runs[1].records)
+    other = run_campaign(CampaignOptions(routes=["eager"], out_dir=str(tmp_path / "c"), max_examples=25, seed=8))
+    assert _stable(other.records) != _stable(runs[0].records)
+
+
+def test_results_jsonl_has_every_record_with_the_design_fields(tmp_path):
+    out = tmp_path / "run"
+    code = main(["fuzz", "--routes", "eager", "--max-examples", "5", "--out", str(out)])
+    assert code == 0
+    records = list(read_records(os.path.join(out, "results.jsonl")))
+    assert len(records) == 5
+    for field in ("case_id", "seed", "graph_hash", "route", "status", "kind", "bucket", "ops", "dtypes",
+                  "layouts", "n_nodes", "max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "t_compile",
+                  "t_run", "t_case", "t_harness", "cost", "artifacts", "message"):
+        assert field in records[0]
+
+
+def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
+    out = tmp_path / "run"
+    code = main(["fuzz", "--routes", "double-wrong-element", "--max-examples", "4", "--out", str(out),
+                 "--ops", "relu,add"])
+    assert code == 1
+    printed = capsys.readouterr().out
+    assert "Buckets" in printed and "wrong_values" in printed
+
+
+def test_a_truncated_last_line_does_not_lose_earlier_records(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps({"a": 1}) + "\n" + '{"b": ')
+    assert list(read_records(str(path))) == [{"a": 1}]

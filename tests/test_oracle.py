@@ -1,0 +1,78 @@
+"""The oracle's rule on hand-made numbers: what must pass and what must fail."""
+import math
+
+import pytest
+import torch
+
+from torchsim_diff import oracle
+from torchsim_diff.kinds import Kind
+
+
+def _compare(got, want, truth):
+    return oracle.compare_values(got, want, truth, "output 0")
+
+
+def test_fp16_reduction_with_large_eager_error_passes():
+    torch.manual_seed(0)
+    x = torch.rand(4096, dtype=torch.float64) * 2 - 1
+    truth = x.sum().reshape(1)
+    eager = x.half().sum().reshape(1)                           # fp16 eager: visible error
+    route = (x.half().float().sum()).half().reshape(1)          # accumulate in fp32, round once
+    assert float((eager.double() - truth).abs()) > 1e-3
+    assert isinstance(_compare(route, eager, truth), oracle.ErrorStats)
+
+
+def test_one_ulp_exp_difference_in_fp32_passes():
+    x = torch.linspace(-3, 3, 101, dtype=torch.float64)
+    truth = x.exp()
+    eager = truth.float()
+    route = torch.nextafter(eager, torch.full_like(eager, math.inf))
+    stats = _compare(route, eager, truth)
+    assert isinstance(stats, oracle.ErrorStats)
+    assert 0.5 <= stats.max_ulp <= 2.0
+
+
+def test_one_wrong_element_fails_with_its_index():
+    truth = torch.arange(12, dtype=torch.float64).reshape(3, 4) / 7
+    eager = truth.float()
+    route = eager.clone()
+    route[2, 1] += 1e-3
+    kind, message = _compare(route, eager, truth)
+    assert kind == Kind.WRONG_VALUES
+    assert "Mismatched elements: 1 / 12" in message and "(2, 1)" in message
+
+
+def test_nan_where_eager_is_finite_fails():
+    truth = torch.ones(5, dtype=torch.float64)
+    eager = truth.float()
+    route = eager.clone()
+    route[3] = float("nan")
+    kind, message = _compare(route, eager, truth)
+    assert kind == Kind.NONFINITE_MISMATCH
+    assert "Mismatched elements: 1 / 5" in message
+
+
+def test_inf_allowed_when_the_rounded_truth_overflows():
+    truth = torch.tensor([70000.0, 1.0], dtype=torch.float64)     # overflows float16
+    eager = torch.tensor([60000.0, 1.0], dtype=torch.float16)     # eager happened to stay finite
+    route = torch.tensor([float("inf"), 1.0], dtype=torch.float16)
+    assert isinstance(_compare(route, eager, truth), oracle.ErrorStats)
+
+
+def test_integer_results_must_match_exactly():
+    want = torch.tensor([1, 2, 3])
+    kind, _ = _compare(torch.tensor([1, 2, 4]), want, want)
+    assert kind == Kind.WRONG_VALUES
+    assert isinstance(_compare(want.clone(), want, want), oracle.ErrorStats)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_ulp_is_the_spacing_of_the_dtype(dtype):
+    t = torch.tensor([1.0, 3.0, 1024.0], dtype=torch.float64)
+    spacing = (torch.nextafter(t.to(dtype), torch.full_like(t, math.inf).to(dtype)).double() - t)
+    assert torch.equal(oracle.ulp(t, dtype), spacing)
+
+
+def test_same_bits_distinguishes_negative_zero():
+    a, b = torch.tensor([0.0, float("nan")]), torch.tensor([-0.0, float("nan")])
+    assert oracle.same_bits(a, b).tolist() == [False, True]

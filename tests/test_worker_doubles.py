@@ -1,0 +1,101 @@
+"""Broken routes (tests/route_doubles.py) run in real workers and land in the right kind."""
+import pytest
+
+from tests.conftest import make_case
+from torchsim_diff.check import Checker
+from torchsim_diff.kinds import Kind, Status
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def checker(tmp_path, double_routes):
+    with Checker(out_dir=str(tmp_path), timeout_s=20) as checker:
+        yield checker
+
+
+def with_seed(case, seed):
+    from torchsim_diff.graph import Case
+    return Case.from_dict({**case.to_dict(), "values": {"seed": seed}})
+
+
+def test_eager_route_passes(checker, add_case, inout_case):
+    assert checker.check(add_case, "eager").status == Status.PASS
+    assert checker.check(inout_case, "eager").status == Status.PASS
+
+
+def test_write_outside_the_view_is_a_guard_violation(checker, add_case):
+    verdict = checker.check(add_case, "double-guard-writer")
+    assert verdict.kind == Kind.GUARD_VIOLATION
+    assert "outside the view" in verdict.message and "input x0" in verdict.message
+
+
+def test_one_wrong_element_is_wrong_values(checker, add_case):
+    verdict = checker.check(add_case, "double-wrong-element")
+    assert (verdict.kind, verdict.op) == (Kind.WRONG_VALUES, "relu")
+    assert "Mismatched elements: 1 / 15" in verdict.message
+
+
+def test_inout_seeded_with_zeros_is_caught(checker, inout_case):
+    verdict = checker.check(inout_case, "double-zero-inout")
+    assert verdict.kind == Kind.GUARD_VIOLATION
+    assert "must leave alone" in verdict.message and verdict.op == "copy_"
+
+
+def test_inout_seeded_with_zeros_under_accumulation_is_wrong_values(checker, inout_case):
+    data = inout_case.to_dict()
+    data["nodes"][0]["op"] = "add_"
+    from torchsim_diff.graph import Case
+    verdict = checker.check(Case.from_dict(data), "double-zero-inout")
+    assert (verdict.kind, verdict.op) == (Kind.WRONG_VALUES, "add_")
+
+
+def test_segfault_is_a_crash_and_the_run_goes_on(checker, add_case):
+    crashed = checker.check(with_seed(add_case, 1), "double-segfault")
+    assert crashed.kind == Kind.CRASH and "SIGSEGV" in crashed.message
+    assert checker.check(with_seed(add_case, 2), "double-segfault").status == Status.PASS
+    assert checker.workers["double-segfault"].restarts == 1
+
+
+def test_hang_is_a_timeout_and_the_run_goes_on(tmp_path, double_routes, add_case):
+    with Checker(out_dir=str(tmp_path), timeout_s=3) as checker:
+        checker.check(with_seed(add_case, 2), "double-hang")           # warm the worker
+        hung = checker.check(with_seed(add_case, 1), "double-hang")
+        assert hung.kind == Kind.TIMEOUT and "within 3 s" in hung.message
+        assert checker.check(with_seed(add_case, 4), "double-hang").status == Status.PASS
+
+
+def test_compile_error_keeps_its_message_and_buckets_by_it(checker, add_case):
+    exp_case = make_case(
+        nodes=[{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}],
+        inputs=[("x0", [2, 3], [3, 1], 0, 6, {})], outputs=["v0"])
+    bigger = make_case(
+        nodes=[{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}],
+        inputs=[("x0", [4, 5, 6], [30, 6, 1], 0, 120, {})], outputs=["v0"])
+    first, second = checker.check(exp_case, "double-raising"), checker.check(bigger, "double-raising")
+    assert first.kind == Kind.COMPILE_ERROR and "LoweringException" in first.message
+    assert first.bucket == second.bucket                     # sizes and names are stripped
+    assert checker.check(add_case, "double-raising").status == Status.PASS
+
+
+def test_unavailable_route_says_why(checker, add_case):
+    ok, reason, _ = checker.availability("double-unavailable")
+    assert not ok and "DOUBLE_HOME" in reason
+    assert checker.check(add_case, "double-unavailable").status == Status.UNSUPPORTED
+
+
+def test_distinct_bugs_get_distinct_buckets_and_exception_types(checker, add_case, inout_case):
+    wrong = checker.check(add_case, "double-wrong-element")
+    guard = checker.check(add_case, "double-guard-writer")
+    assert wrong.bucket != guard.bucket
+    with pytest.raises(AssertionError) as first:
+        wrong.raise_if_failed()
+    with pytest.raises(AssertionError) as second:
+        guard.raise_if_failed()
+    assert type(first.value) is not type(second.value)
+
+
+def test_failing_case_keeps_artifacts_passing_case_does_not(checker, add_case):
+    import os
+    passing = checker.check(add_case, "eager")
+    assert not os.path.exists(passing.artifact_dir)
