@@ -21,6 +21,14 @@ from torchsim_diff.routes import route_class
 from torchsim_diff.strategies import cases
 
 PROGRESS_EVERY_S = 5.0
+# Distinct draws can build the same case; duplicates are skipped, so Hypothesis may need
+# more draws than the campaign has cases.
+DRAWS_PER_CASE = 4
+
+
+class _CampaignDone(BaseException):
+    """Raised through Hypothesis (a BaseException: no shrinking, no replay) when enough
+    distinct cases have run."""
 
 
 @dataclasses.dataclass
@@ -82,11 +90,16 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
         available = _available_routes(checker, opts.routes, result)
 
+        seen: set = set()
+
         @seed(opts.seed)
-        @settings(max_examples=opts.max_examples, database=None, deadline=None, phases=[Phase.generate],
+        @settings(max_examples=opts.max_examples * DRAWS_PER_CASE, database=None, deadline=None, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck))
         @given(case=strategy)
         def one_case(case):
+            if case.case_id in seen:
+                return
+            seen.add(case.case_id)
             for route in opts.routes:
                 verdict = checker.check(case, route) if route in available else None
                 record = verdict.record() if verdict else _skipped(case, route, result.unavailable[route])
@@ -94,9 +107,13 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 result.records.append(record)
             result.cases += 1
             progress.update(result.cases, result)
+            if result.cases >= opts.max_examples:
+                raise _CampaignDone
 
         try:
             one_case()
+        except _CampaignDone:
+            pass
         except KeyboardInterrupt:
             result.interrupted = True
         progress.update(result.cases, result, force=True)

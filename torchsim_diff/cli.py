@@ -166,8 +166,8 @@ def cmd_table(args) -> int:
         raise UsageError(f"no results*.jsonl found under {', '.join(args.dirs)}")
     records = [r for f in files for r in read_records(f)]
     kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
-             "buckets": report.bucket_rows, "coverage": report.coverage_rows}
-    chosen = _split(args.tables) or list(kinds)
+             "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows}
+    chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
     for name in chosen:
         if name not in kinds:
             raise UsageError(f"--tables: {name!r} is not one of {', '.join(kinds)}")
@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")
     p.add_argument("--format", choices=FORMATS, default="plain")
-    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage (default: all)")
+    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix (default: all but mix)")
     p.set_defaults(func=cmd_table)
     return parser
 

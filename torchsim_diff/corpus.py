@@ -101,3 +101,11 @@ def write_atomic(path: str, data: dict) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def known_entry(verdict, *, note: str, upstream: str = "") -> dict:
+    """A known-bug entry for a failing verdict (its smallest case, route, kind and bucket)."""
+    return {"route": verdict.route, "kind": verdict.kind.value, "bucket": verdict.bucket,
+            "signature": verdict.signature, "note": note, "upstream": upstream,
+            "message": verdict.message.splitlines()[0] if verdict.message else "",
+            "case": verdict.case.to_dict()}

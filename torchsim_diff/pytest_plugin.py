@@ -108,7 +108,7 @@ class FuzzSession:
         self._checker = None
         self._writer = None
         self._availability: dict = {}
-        self.used = False
+        self._verdicts: dict = {}
 
     def _choose_seed(self, given_seed):
         if given_seed is not None:
@@ -136,21 +136,30 @@ class FuzzSession:
             pytest.skip(f"route {route} unavailable: {reason}")
 
     def check(self, case, route: str):
-        """Run, record, and raise the bucket's Finding unless the bucket is a known bug."""
-        verdict = self.checker.check(case, route)
-        record = verdict.record()
-        record["known"] = bool(verdict.bucket and verdict.bucket in self.known)
-        self.writer.write(record)
-        if not record["known"]:
+        """Run, record, and raise the bucket's Finding unless the bucket is a known bug.
+
+        A case seen before (Hypothesis revisits cases while shrinking) gets its earlier
+        verdict again: no second run, no second record.
+        """
+        key = (case.case_id, route)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdicts[key] = self.checker.check(case, route)
+            record = verdict.record()
+            record["known"] = self.is_known(verdict)
+            self.writer.write(record)
+        if not self.is_known(verdict):
             verdict.raise_if_failed()
         return verdict
+
+    def is_known(self, verdict) -> bool:
+        return bool(verdict.bucket and verdict.bucket in self.known)
 
     @property
     def checker(self):
         if self._checker is None:
             from torchsim_diff.check import Checker
             self._checker = Checker(out_dir=self.report_dir, timeout_s=self.timeout_s, tag=self.worker_id)
-        self.used = True
         return self._checker
 
     @property

@@ -131,3 +131,32 @@ def coverage_rows(records) -> list:
             for cls in r.get("layouts", []):
                 counts[op][cls] += 1
     return [{"op": op, **{cls: counts[op].get(cls, 0) for cls in LAYOUT_CLASSES}} for op in sorted(counts)]
+
+
+NON_CONTIGUOUS = {"transposed", "sliced", "broadcast", "channels_last", "overlapping"}
+
+
+def mix_rows(records) -> list:
+    """What the generated cases covered, per dtype: layout shares and ops seen."""
+    from torchsim_diff.ops import all_ops
+    cases_by_dtype = defaultdict(dict)
+    for r in records:
+        dtype = r["case"]["dtype"] if r.get("case") else "?"
+        cases_by_dtype[dtype][r["case_id"]] = r
+    rows = []
+    for dtype, cases in sorted(cases_by_dtype.items()):
+        recs = list(cases.values())
+        share = lambda pred: round(100.0 * sum(1 for r in recs if pred(set(r["layouts"]))) / len(recs), 1)  # noqa: E731
+        seen = {op for r in recs for op in r["ops"]}
+        registered = {n for n, s in all_ops().items() if s.supports(dtype)}
+        rows.append({
+            "dtype": dtype, "cases": len(recs),
+            "non-contiguous %": share(lambda c: bool(c & NON_CONTIGUOUS)),
+            "broadcast %": share(lambda c: "broadcast" in c), "inout %": share(lambda c: "inout" in c),
+            "offset %": share(lambda c: "offset" in c), "transposed %": share(lambda c: "transposed" in c),
+            "sliced %": share(lambda c: "sliced" in c), "channels_last %": share(lambda c: "channels_last" in c),
+            "overlapping %": share(lambda c: "overlapping" in c),
+            "ops seen": f"{len(seen & registered)}/{len(registered)}",
+            "ops never seen": ",".join(sorted(registered - seen)) or "-",
+        })
+    return rows

@@ -1,0 +1,61 @@
+"""Replay corpora/ on every available route: seeds must pass, known bugs must still fail.
+
+Known bugs are strict expected failures raising their own bucket's exception type: a bug
+that stops reproducing (XPASS) or starts failing differently (another bucket) fails the
+suite, so nothing changes unnoticed. Routes that cannot run here are skipped with the reason.
+"""
+import os
+
+import pytest
+
+from torchsim_diff.classify import finding_type
+from torchsim_diff.corpus import KNOWN, SEED, iter_entries
+from torchsim_diff.replay import replay_entry
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CORPORA = os.path.join(REPO, "corpora")
+ROUTES = os.environ.get("TORCHSIM_DIFF_CORPUS_ROUTES", "eager,inductor,triton,mlir,spike").split(",")
+ENTRIES = [e for e, err in iter_entries([CORPORA]) if e is not None]
+CORRUPT = [err for e, err in iter_entries([CORPORA]) if err is not None]
+
+pytestmark = [pytest.mark.slow, pytest.mark.corpus]
+
+
+@pytest.fixture(scope="session")
+def corpus_checker(tmp_path_factory):
+    from torchsim_diff.check import Checker
+    with Checker(out_dir=str(tmp_path_factory.mktemp("corpus"))) as checker:
+        yield checker
+
+
+def _require(checker, route):
+    ok, reason, _ = checker.availability(route)
+    if not ok:
+        pytest.skip(f"route {route} unavailable: {reason}")
+
+
+def test_corpus_has_no_corrupt_entries():
+    assert not CORRUPT, "\n".join(str(e) for e in CORRUPT)
+
+
+@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.kind == SEED], ids=lambda e: e.name)
+def test_seed_entry_passes(corpus_checker, entry, route):
+    _require(corpus_checker, route)
+    outcome = replay_entry(corpus_checker, entry, route)
+    assert outcome.ok, f"{entry.path} on {route}: {outcome.got}\n{outcome.verdict.message}"
+
+
+def _known_params():
+    for entry in ENTRIES:
+        if entry.kind == KNOWN:
+            mark = pytest.mark.xfail(strict=True, raises=finding_type(entry.failure_kind, entry.bucket),
+                                     reason=f"known bug {entry.bucket}: {entry.note}")
+            yield pytest.param(entry, id=entry.name, marks=mark)
+
+
+@pytest.mark.parametrize("entry", list(_known_params()))
+def test_known_bug_still_reproduces(corpus_checker, entry):
+    _require(corpus_checker, entry.route)
+    verdict = corpus_checker.check(entry.case, entry.route)
+    verdict.raise_if_failed()
