@@ -1,0 +1,255 @@
+"""Routes `torchsim-mlir` and `torchsim-triton`: PyTorchSim's two compiler routes.
+
+torch.compile(dynamic=False) on PyTorchSim's npu device, functional simulation on
+(outputs come back from Spike), timing optional (TOGSim cycles become
+ctx.metrics["cost"]). The worker runs under PyTorchSim's own interpreter
+(TORCHSIM_PYTHON), with TORCHSIM_DIR the checkout and a machine config (route option
+`config`, else TOGSIM_CONFIG, else the generation's default). Setup and the meaning of
+every option: docs/pytorchsim.md.
+
+Route options: config (machine YAML), timing (default off; env TORCHSIM_DIFF_TIMING),
+spike_timeout_s, gem5_timeout_s, togsim_timeout_s, compiler_timeout_s (seconds per
+simulator or compiler process; defaults in torchsim_diff.torchsim.timeouts).
+
+Per compiled program: a fresh dump path and Inductor cache (kernel workdirs are keyed
+on source text alone), a time limit per simulator, the whole log captured into the
+case's artifacts, failures classified from PyTorchSim's own texts
+(torchsim_diff.torchsim.classify) with the kernel workdirs copied beside them, and ops
+the wrapper kept on extern_kernels / torch.ops reported as Unsupported: they ran
+eagerly, nothing simulated them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import traceback
+import weakref
+
+from torchsim_diff.kinds import Kind
+from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported
+from torchsim_diff.torchsim import artifacts, capture, classify, config, generation, probe, timeouts, workdir
+
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LIMIT_OPTIONS = {"spike": "spike_timeout_s", "gem5": "gem5_timeout_s",
+                 "togsim": "togsim_timeout_s", "compiler": "compiler_timeout_s"}
+TRUE_WORDS = ("1", "true", "yes", "on")
+
+
+class TorchSimRoute(Route):
+    """Common driver; subclasses name the route and the generations they accept."""
+
+    python_env = "TORCHSIM_PYTHON"
+    boundary = ("whole guarded storages copied to npu:0 and viewed there with the case's exact "
+                "strides and offsets; storages copied back after the run")
+    generations: tuple = ()
+
+    # -- fuzzer side --------------------------------------------------------------------
+    @classmethod
+    def worker_env(cls, options):
+        torchsim_dir = os.environ.get("TORCHSIM_DIR", "")
+        path = [PACKAGE_PARENT, torchsim_dir, os.environ.get("PYTHONPATH", "")]
+        env = {"PYTHONPATH": os.pathsep.join(p for p in path if p)}
+        try:
+            found = generation.detect(cls.name, torchsim_dir).name
+        except generation.UnknownGeneration:
+            return env
+        # Read by torch_openreg at import: C1 keeps the Triton route behind this switch.
+        env["TORCHSIM_TRITON_CODEGEN"] = "1" if found == "C1" and cls.name == generation.TRITON_ROUTE else "0"
+        return env
+
+    def available(self):
+        python = os.environ.get(self.python_env, "")
+        torchsim_dir = os.environ.get("TORCHSIM_DIR", "")
+        if not python:
+            return False, (f"{self.python_env} is not set: point it at the python of a PyTorchSim "
+                           f"environment (docs/pytorchsim.md)")
+        if not torchsim_dir:
+            return False, "TORCHSIM_DIR is not set: point it at the PyTorchSim checkout"
+        try:
+            found = generation.detect(self.name, torchsim_dir)
+            config.base_config_path(torchsim_dir, found.name, self.options.get("config"))
+            seen = probe.probe(python, torchsim_dir, probe.REQUIRED_MODULES[found.name])
+        except (generation.UnknownGeneration, config.ConfigError, probe.ProbeFailed) as exc:
+            return False, str(exc)
+        if found.name not in self.generations:
+            return False, f"generation {found.name} has no {self.name} route"
+        missing = probe.missing_modules(seen, found.name)
+        if missing:
+            return False, (f"{python} cannot import {', '.join(missing)} (generation {found.name}, "
+                           f"{found.evidence}); install PyTorchSim into that environment")
+        return True, f"PyTorchSim {found.name} ({found.evidence}), torch {seen.get('torch', '?')}"
+
+    # -- worker side --------------------------------------------------------------------
+    def setup(self):
+        from torchsim_diff.torchsim import device
+        self.torchsim_dir = os.environ["TORCHSIM_DIR"]
+        self.generation = generation.detect(self.name, self.torchsim_dir)
+        timing = self.options.get("timing", os.environ.get("TORCHSIM_DIFF_TIMING", "0"))
+        self.timing = str(timing).lower() in TRUE_WORDS
+        self.limits = {tool: float(self.options[key]) for tool, key in LIMIT_OPTIONS.items()
+                       if key in self.options}
+        self.work_root = tempfile.mkdtemp(prefix=f"{self.name}-")
+        base = config.base_config_path(self.torchsim_dir, self.generation.name, self.options.get("config"))
+        self.machine_config = config.write_machine_config(
+            base, os.path.join(self.work_root, "machine.yml"), timing=self.timing)
+        os.environ["TOGSIM_CONFIG"] = self.machine_config   # before PyTorchSim reads it
+        self.device = device.open_device(self.generation.name, self.torchsim_dir)
+
+    def compile(self, program, example_inputs, ctx):
+        environment = config.CaseEnvironment(
+            root=tempfile.mkdtemp(dir=self.work_root), torchsim_dir=self.torchsim_dir,
+            machine_config=self.machine_config, timing=self.timing)
+        return TorchSimProgram(self, program, environment)
+
+    def versions(self):
+        import torch
+        return {"torch": torch.__version__, "pytorchsim": self.generation.name,
+                "pytorchsim_revision": generation.checkout_revision(self.torchsim_dir),
+                "machine_config": os.path.basename(config.base_config_path(
+                    self.torchsim_dir, self.generation.name, self.options.get("config"))),
+                "timing": self.timing}
+
+
+class TorchSimMlirRoute(TorchSimRoute):
+    name = generation.MLIR_ROUTE
+    description = "PyTorchSim MLIR route on npu (Spike values, optional TOGSim cycles)"
+    generations = ("A", "B")
+
+
+class TorchSimTritonRoute(TorchSimRoute):
+    name = generation.TRITON_ROUTE
+    description = "PyTorchSim Triton route on npu (Spike values, optional TOGSim cycles)"
+    generations = ("C1", "C2")
+
+
+class TorchSimProgram(Compiled):
+    """One program on the npu device. torch.compile is lazy, so the first call compiles
+    (inside the captured log, where PyTorchSim's compile errors are written)."""
+
+    def __init__(self, route: TorchSimRoute, program, environment: config.CaseEnvironment):
+        self.route, self.program, self.environment = route, program, environment
+        self.compiled = None
+        self.not_simulated: list | None = None
+        weakref.finalize(self, shutil.rmtree, environment.root, True)
+
+    def __call__(self, inputs, ctx):
+        self.environment.apply()
+        workdir.clear_snapshots(self.environment.dump_path)   # earlier runs' Spike files
+        logs_before = set(artifacts.togsim_logs("", self.environment.log_path))
+        log_path = ctx.artifact("torchsim.log")
+        error, outputs = None, None
+        with capture.captured_output(log_path), \
+                timeouts.limited_subprocesses(self.route.limits, around=_snapshot_spike_runs):
+            try:
+                outputs = self._run(inputs)
+            except Exception as exc:  # noqa: BLE001 - PyTorchSim's failure, classified below
+                error = exc
+        text = capture.read_text(log_path)
+        copied = self._keep_artifacts(text, ctx)
+        if error is not None:
+            raise self._failure(error, text, copied) from None
+        self._check_coverage(text, ctx)
+        self._record_cycles(text, ctx, logs_before)
+        return outputs
+
+    def _run(self, inputs):
+        import torch
+        from torchsim_diff.torchsim import device
+        if self.compiled is None:
+            _fresh_compiler_state()
+            self.compiled = torch.compile(self.program, dynamic=False, fullgraph=True)
+        on_device = [device.to_device(x, self.route.device) for x in inputs]
+        results = self.compiled(*[d.view for d in on_device])
+        results = (results,) if isinstance(results, torch.Tensor) else tuple(results or ())
+        outputs = tuple(r.cpu() for r in results)
+        for item in on_device:
+            device.write_back(item)
+        if self.route.timing:
+            device.wait_for_timing()
+        return outputs
+
+    def _failure(self, error: Exception, text: str, copied: list) -> RouteFailure:
+        if _is_graph_break(error):
+            return Unsupported(f"dynamo cannot trace the program: {str(error).splitlines()[0]}")
+        reached = artifacts.last_stage(self.environment.dump_path)
+        full_text = text + "\n" + "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        early = reached in (None, "codegen", "spec", "ttir", "ttshared", "adapted", "custom",
+                            "mlir", "llvm-dialect", "llvm-ir", "object")
+        verdict = classify.classify(
+            full_text, reached=reached,
+            default_kind=Kind.COMPILE_ERROR if early else Kind.RUNTIME_ERROR,
+            default_stage="compile" if early else "run")
+        message = (f"{verdict.message()}\nkernel reached: {reached or 'no kernel written'}\n"
+                   f"{type(error).__name__}: {str(error)[:2000]}")
+        if verdict.kind == Kind.UNSUPPORTED:
+            return Unsupported(message, stage=verdict.stage)
+        return RouteFailure(verdict.kind, verdict.stage, message,
+                            artifacts={rel: rel for rel in ["torchsim.log", *copied]})
+
+    def _keep_artifacts(self, text: str, ctx) -> list:
+        """Copy the kernel workdirs, wrapper and TOGSim logs into the case's artifacts, for
+        a route failure and for the oracle's verdict (which comes after the route returns;
+        the harness drops the folder of a passing case). The Triton route also writes a
+        kernel capture in `kernels/`, so a wrong value is localised to its kernel by
+        replaying each launch in Triton's interpreter. Returns the copied paths."""
+        env = self.environment
+        copied = artifacts.collect(dump_path=env.dump_path, inductor_cache=env.inductor_cache,
+                                   log_dir=env.log_path, log_text=text, dest=ctx.artifact_dir)
+        if self.route.name == generation.TRITON_ROUTE:
+            try:
+                workdir.convert_dump(env.dump_path, os.path.join(ctx.artifact_dir, "kernels"),
+                                     generation=self.route.generation.name)
+            except (workdir.WorkdirError, OSError, KeyError, ValueError) as exc:
+                with open(ctx.artifact("kernels-not-captured.txt"), "w") as f:
+                    f.write(f"PyTorchSim workdirs could not be converted to a kernel capture: {exc}\n")
+        return copied
+
+    def _check_coverage(self, text: str, ctx) -> None:
+        env = self.environment
+        if self.not_simulated is None:
+            self.not_simulated = []
+            for path in artifacts.wrapper_paths(text, env.inductor_cache):
+                with open(path, errors="replace") as f:
+                    self.not_simulated += artifacts.extern_ops(f.read())
+        if self.not_simulated:
+            ops = ", ".join(sorted(set(self.not_simulated)))
+            raise Unsupported(f"not simulated: the wrapper ran {ops} itself (extern_kernels/torch.ops), "
+                              f"so no kernel of PyTorchSim computed it", stage="wrapper")
+
+    def _record_cycles(self, text: str, ctx, logs_before: set) -> None:
+        """Cycles of this run only: TOGSim logs it pointed at or wrote (earlier runs of the
+        same program left theirs in the same folder)."""
+        if not self.route.timing:
+            return
+        logs = [p for p in artifacts.togsim_logs(text, self.environment.log_path)
+                if p not in logs_before or p in artifacts.TOGSIM_LOG_LINE.findall(text)]
+        cycles = artifacts.total_cycles(logs)
+        ctx.metrics["cost"] = cycles
+        ctx.metrics["cost_unit"] = "TOGSim cycles"
+
+
+def _fresh_compiler_state() -> None:
+    """Forget compiled graphs and loaded wrapper modules of earlier cases: a wrapper
+    reused from memory would call kernels bound to another case's dump path."""
+    import torch
+    torch._dynamo.reset()
+    try:
+        from torch._inductor.codecache import PyCodeCache
+        PyCodeCache.cache_clear()
+    except (ImportError, AttributeError):
+        pass
+
+
+def _is_graph_break(error: Exception) -> bool:
+    """Dynamo refusing the program (before PyTorchSim sees it) is coverage, not a finding."""
+    import torch
+    unsupported = getattr(getattr(torch, "_dynamo", None), "exc", None)
+    return unsupported is not None and isinstance(error, unsupported.Unsupported)
+
+
+def _snapshot_spike_runs(tool: str, args, phase: str) -> None:
+    """Keep each Spike run's inputs and outputs: Spike writes over its input files, and
+    the kernel-level reference (torchsim.workdir) needs both."""
+    if tool == "spike":
+        workdir.snapshot_spike_run(args, phase)
