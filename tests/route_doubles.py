@@ -42,9 +42,13 @@ class WrongElementRoute(Route):
     name = "double-wrong-element"
 
     def compile(self, program, example_inputs, ctx):
-        def corrupt(inputs, outputs, ctx):
-            outputs[0].view(-1)[0] += 1.0
-        return _Eager(program, corrupt)
+        class _Corrupting(Compiled):
+            def __call__(self, inputs, ctx):
+                outputs = list(program(*inputs))
+                first = outputs[0].contiguous().clone()
+                first.view(-1)[0] += 1
+                return tuple([first] + outputs[1:])
+        return _Corrupting()
 
 
 class ZeroSeededInoutRoute(Route):
@@ -109,3 +113,27 @@ class UnavailableRoute(Route):
 DOUBLES = {cls.name: f"tests.route_doubles:{cls.__name__}" for cls in (
     GuardWriterRoute, WrongElementRoute, ZeroSeededInoutRoute, SegfaultRoute, HangRoute, RaisingRoute,
     UnavailableRoute)}
+
+
+class WrongUnlessExpRoute(Route):
+    """Fails to compile graphs containing `exp`; on other graphs output 0 is off by one.
+
+    Two failure buckets on one route: a reducer must not trade one for the other.
+    """
+
+    name = "double-wrong-unless-exp"
+
+    def compile(self, program, example_inputs, ctx):
+        if any(n["op"] == "exp" for n in ctx.case["nodes"]):
+            raise RuntimeError("LoweringException: exp is not supported by this double")
+
+        class _Corrupting(Compiled):
+            def __call__(self, inputs, ctx):
+                outputs = list(program(*inputs))
+                first = outputs[0].contiguous().clone()
+                first.view(-1)[0] += 1
+                return tuple([first] + outputs[1:])
+        return _Corrupting()
+
+
+DOUBLES[WrongUnlessExpRoute.name] = f"tests.route_doubles:{WrongUnlessExpRoute.__name__}"

@@ -1,0 +1,80 @@
+"""The pytest plugin, driven through pytester in a subprocess (as users run it)."""
+import json
+import os
+
+import pytest
+
+from tests.conftest import REPO
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.slow
+
+SUITE = '''
+from hypothesis import given, seed
+from torchsim_diff.strategies import cases
+
+def test_fuzz(torchsim_session, fuzz_route):
+    torchsim_session.require(fuzz_route)
+
+    @seed(torchsim_session.fuzz_seed(fuzz_route))
+    @torchsim_session.settings()
+    @given(case=cases(ops=["relu", "add"], max_nodes=2))
+    def run_case(case):
+        torchsim_session.check(case, fuzz_route)
+    run_case()
+'''
+
+
+@pytest.fixture
+def suite(pytester, double_routes, monkeypatch):
+    monkeypatch.chdir(pytester.path)
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def _records(folder):
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if name.startswith("results"):
+            with open(os.path.join(folder, name)) as handle:
+                found += [json.loads(line) for line in handle if line.strip()]
+    return found
+
+
+def test_bug_fails_with_its_bucket_type_and_tables_are_printed(suite):
+    report = suite.path / "run"
+    result = suite.runpytest_subprocess("--routes", "eager,double-wrong-element,double-unavailable",
+                                        "--hypothesis-profile=ci", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*WrongValues_*", "*torchsim-diff*", "Summary*", "*double-wrong-element*",
+                                 "Buckets*", "*route double-unavailable unavailable*DOUBLE_HOME*"])
+    assert {r["route"] for r in _records(report)} == {"eager", "double-wrong-element"}
+
+
+def test_known_bucket_is_recorded_not_raised(suite, tmp_path):
+    from torchsim_diff.classify import bucket_of, signature
+    known = tmp_path / "known"
+    known.mkdir()
+    bucket = bucket_of(signature("double-wrong-element", "wrong_values", "", "relu", "output 0"))
+    bucket_add = bucket_of(signature("double-wrong-element", "wrong_values", "", "add", "output 0"))
+    for b in (bucket, bucket_add):
+        case = json.load(open(os.path.join(REPO, "corpora", "seed", "seed-00-float32.json")))["case"]
+        (known / f"{b}.json").write_text(json.dumps({"route": "double-wrong-element", "kind": "wrong_values",
+                                                     "bucket": b, "case": case}))
+    result = suite.runpytest_subprocess("--routes", "double-wrong-element", "--hypothesis-profile=ci",
+                                        "--known-bugs", str(known), "--report-dir", str(suite.path / "run"),
+                                        "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    records = _records(suite.path / "run")
+    assert records and all(r["known"] for r in records if r["status"] == "fail")
+
+
+def test_xdist_workers_write_their_own_records_and_the_controller_merges(suite):
+    report = suite.path / "run"
+    suite.makepyfile(test_more=SUITE.replace("def test_fuzz", "def test_fuzz_again"))
+    result = suite.runpytest_subprocess("-n", "2", "--routes", "eager", "--hypothesis-profile=ci",
+                                        "--report-dir", str(report), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    files = sorted(f for f in os.listdir(report) if f.startswith("results"))
+    assert files == ["results-gw0.jsonl", "results-gw1.jsonl"]
+    result.stdout.fnmatch_lines(["Summary*", "eager*"])
