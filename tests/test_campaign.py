@@ -50,3 +50,14 @@ def test_a_truncated_last_line_does_not_lose_earlier_records(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps({"a": 1}) + "\n" + '{"b": ')
     assert list(read_records(str(path))) == [{"a": 1}]
+
+
+def test_second_campaign_says_which_buckets_are_new(tmp_path, double_routes):
+    store = str(tmp_path / "buckets.json")
+    common = dict(routes=["double-wrong-element"], max_examples=3, ops=["relu"], bucket_store=store)
+    first = run_campaign(CampaignOptions(out_dir=str(tmp_path / "a"), seed=1, **common))
+    second = run_campaign(CampaignOptions(out_dir=str(tmp_path / "b"), seed=2, **common))
+    assert len(first.new_buckets) == 1 and second.new_buckets == set()
+    saved = json.load(open(store))["buckets"]
+    (entry,) = saved.values()
+    assert entry["count"] == 6 and entry["size"][0] == 1

@@ -14,6 +14,7 @@ import time
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from torchsim_diff.buckets import BucketStore
 from torchsim_diff.check import Checker
 from torchsim_diff.kinds import Status
 from torchsim_diff.results import ResultsWriter
@@ -44,6 +45,7 @@ class CampaignOptions:
     special_values: bool = False
     timeout_s: float = 120.0
     route_options: dict = dataclasses.field(default_factory=dict)
+    bucket_store: str | None = None
 
 
 @dataclasses.dataclass
@@ -52,6 +54,7 @@ class CampaignResult:
     records: list = dataclasses.field(default_factory=list)
     unavailable: dict = dataclasses.field(default_factory=dict)
     interrupted: bool = False
+    new_buckets: set = dataclasses.field(default_factory=set)
 
     @property
     def findings(self) -> list:
@@ -85,6 +88,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                      special_values=opts.special_values)
     result = CampaignResult()
     os.makedirs(opts.out_dir, exist_ok=True)
+    store = BucketStore(opts.bucket_store) if opts.bucket_store else None
     progress = Progress(opts.max_examples)
     with Checker(out_dir=opts.out_dir, timeout_s=opts.timeout_s, route_options=opts.route_options) as checker, \
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
@@ -105,6 +109,8 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 record = verdict.record() if verdict else _skipped(case, route, result.unavailable[route])
                 writer.write(record)
                 result.records.append(record)
+                if store is not None and record["status"] == Status.FAIL.value and store.add(record):
+                    store.save()
             result.cases += 1
             progress.update(result.cases, result)
             if result.cases >= opts.max_examples:
@@ -117,6 +123,9 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         except KeyboardInterrupt:
             result.interrupted = True
         progress.update(result.cases, result, force=True)
+    if store is not None:
+        store.save()
+        result.new_buckets = set(store.new)
     return result
 
 

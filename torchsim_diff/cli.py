@@ -86,15 +86,21 @@ def cmd_fuzz(args) -> int:
                            seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
                            families=_split(args.families), ops=_split(args.ops),
                            special_values=args.special_values, timeout_s=args.timeout,
-                           route_options=_route_options(args))
+                           route_options=_route_options(args),
+                           bucket_store=None if args.buckets == "none" else args.buckets)
     try:
         result = run_campaign(opts)
     except InvalidArgument as exc:
         raise UsageError(str(exc)) from None
     print(render(summary_rows(result.records), "plain", "Summary"))
     if result.findings:
+        rows = bucket_rows(result.records)
+        for row in rows:
+            row["new"] = "NEW" if row["bucket"] in result.new_buckets else ""
         print()
-        print(render(bucket_rows(result.records), "plain", "Buckets"))
+        print(render(rows, "plain", "Buckets"))
+        if opts.bucket_store:
+            print(f"{len(result.new_buckets)} new bucket(s); history in {opts.bucket_store}")
     print(f"\n{result.cases} cases, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (" (interrupted)" if result.interrupted else ""))
     if result.interrupted:
@@ -203,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case before 'timeout' (default: 120)")
     p.add_argument("--route-option", action="append", metavar="ROUTE.KEY=VALUE",
                    help="route option, e.g. spike.vlen=512 (repeatable)")
+    p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"),
+                   help="bucket history shared by runs, to tell new findings (default: reports/buckets.json; "
+                        "'none' to keep none)")
     p.set_defaults(func=cmd_fuzz)
 
     p = sub.add_parser("replay", help="replay case files or corpus entries on routes")

@@ -192,14 +192,27 @@ class FuzzSession:
             return
         write = terminalreporter.write_line
         terminalreporter.section("torchsim-diff")
+        new = self._update_bucket_history(records)
+        buckets = report.bucket_rows(records)
+        for row in buckets:
+            row["new"] = "NEW" if row["bucket"] in new else ""
         for title, rows in (("Summary", report.summary_rows(records)),
-                            ("Buckets", report.bucket_rows(records)),
+                            ("Buckets", buckets),
                             ("Error tolerance", report.tolerance_rows(records))):
             if rows:
                 for line in report.render(rows, "plain", title).splitlines():
                     write(line)
                 write("")
         write(f"records: {self.report_dir}")
+
+    def _update_bucket_history(self, records) -> set:
+        from torchsim_diff.buckets import BucketStore
+        store = BucketStore(os.path.join(os.path.dirname(os.path.abspath(self.report_dir)), "buckets.json"))
+        for record in records:
+            if record["status"] == "fail":
+                store.add(record)
+        store.save()
+        return store.new
 
 
 def _load_known(folder: str) -> set:
