@@ -103,6 +103,22 @@ class RaisingRoute(Route):
         return _Eager(program)
 
 
+class NondeterministicRoute(Route):
+    """Correct up to rounding noise that changes from run to run."""
+
+    name = "double-nondeterministic"
+
+    def compile(self, program, example_inputs, ctx):
+        import torch
+
+        class _Noisy(Compiled):
+            def __call__(self, inputs, ctx):
+                outputs = list(program(*inputs))
+                noise = torch.rand(()) * 1e-9
+                return tuple([outputs[0] + noise] + outputs[1:])
+        return _Noisy()
+
+
 class UnavailableRoute(Route):
     name = "double-unavailable"
 
@@ -112,7 +128,7 @@ class UnavailableRoute(Route):
 
 DOUBLES = {cls.name: f"tests.route_doubles:{cls.__name__}" for cls in (
     GuardWriterRoute, WrongElementRoute, ZeroSeededInoutRoute, SegfaultRoute, HangRoute, RaisingRoute,
-    UnavailableRoute)}
+    NondeterministicRoute, UnavailableRoute)}
 
 
 class WrongUnlessExpRoute(Route):

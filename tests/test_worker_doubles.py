@@ -99,3 +99,12 @@ def test_failing_case_keeps_artifacts_passing_case_does_not(checker, add_case):
     import os
     passing = checker.check(add_case, "eager")
     assert not os.path.exists(passing.artifact_dir)
+
+
+def test_run_to_run_differences_are_nondeterministic(tmp_path, double_routes, add_case):
+    with Checker(out_dir=str(tmp_path), repeat=2) as checker:
+        verdict = checker.check(add_case, "double-nondeterministic")
+        assert verdict.kind == Kind.NONDETERMINISTIC and "output 0 changed" in verdict.message
+        assert checker.check(add_case, "eager").status == Status.PASS
+    with Checker(out_dir=str(tmp_path)) as single:
+        assert single.check(add_case, "double-nondeterministic").status == Status.PASS

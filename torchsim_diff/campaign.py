@@ -46,6 +46,7 @@ class CampaignOptions:
     timeout_s: float = 120.0
     route_options: dict = dataclasses.field(default_factory=dict)
     bucket_store: str | None = None
+    repeat: int = 1
 
 
 @dataclasses.dataclass
@@ -90,7 +91,8 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     os.makedirs(opts.out_dir, exist_ok=True)
     store = BucketStore(opts.bucket_store) if opts.bucket_store else None
     progress = Progress(opts.max_examples)
-    with Checker(out_dir=opts.out_dir, timeout_s=opts.timeout_s, route_options=opts.route_options) as checker, \
+    with Checker(out_dir=opts.out_dir, timeout_s=opts.timeout_s, route_options=opts.route_options,
+                 repeat=opts.repeat) as checker, \
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
         available = _available_routes(checker, opts.routes, result)
 

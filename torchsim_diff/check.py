@@ -86,8 +86,11 @@ class Checker:
     """Owns one warm worker per route and the run's output folder."""
 
     def __init__(self, *, out_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, route_options: dict | None = None,
-                 tag: str = "0"):
+                 tag: str = "0", repeat: int = 1):
+        """repeat: run each case this many times on identical inputs; a bitwise difference
+        between runs is `nondeterministic` (1 = no check)."""
         self.out_dir = out_dir
+        self.repeat = repeat
         self.timeout_s = timeout_s
         self.route_options = dict(route_options or {})
         self.tag = tag
@@ -131,7 +134,7 @@ class Checker:
         except Exception as exc:  # noqa: BLE001 - eager rejecting a case is a generator bug
             return Verdict(case, route, Status.FAIL, Kind.INVALID_CASE, "eager", f"{type(exc).__name__}: {exc}")
         artifact_dir = os.path.join(self.out_dir, "artifacts", route, case.case_id)
-        reply = self.worker(route).run(case.to_dict(), source, artifact_dir)
+        reply = self.worker(route).run(case.to_dict(), source, artifact_dir, self.repeat)
         verdict = self._verdict(case, route, ref, reply)
         verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.get("artifacts", [])
         if not verdict.failed:

@@ -87,7 +87,7 @@ def cmd_fuzz(args) -> int:
                            families=_split(args.families), ops=_split(args.ops),
                            special_values=args.special_values, timeout_s=args.timeout,
                            route_options=_route_options(args),
-                           bucket_store=None if args.buckets == "none" else args.buckets)
+                           bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat)
     try:
         result = run_campaign(opts)
     except InvalidArgument as exc:
@@ -209,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per case before 'timeout' (default: 120)")
     p.add_argument("--route-option", action="append", metavar="ROUTE.KEY=VALUE",
                    help="route option, e.g. spike.vlen=512 (repeatable)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run each case N times on the same inputs; differences are 'nondeterministic' (default: 1)")
     p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"),
                    help="bucket history shared by runs, to tell new findings (default: reports/buckets.json; "
                         "'none' to keep none)")

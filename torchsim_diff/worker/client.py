@@ -96,7 +96,7 @@ class RouteWorker:
             self.proc.wait()
 
     # -- cases -----------------------------------------------------------------------
-    def run(self, case: dict, program: str, artifact_dir: str) -> dict:
+    def run(self, case: dict, program: str, artifact_dir: str, repeat: int = 1) -> dict:
         """Run one case; always returns an outcome dict (see worker.server)."""
         if not self.alive():
             if self.proc is not None:
@@ -105,7 +105,8 @@ class RouteWorker:
         if not self._hello.get("available"):
             return {"ok": False, "kind": Kind.UNSUPPORTED.value, "stage": "setup",
                     "message": f"route unavailable: {self._hello.get('reason')}", "metrics": {}, "artifacts": []}
-        message = {"request": Request.RUN.value, "case": case, "program": program, "artifact_dir": artifact_dir}
+        message = {"request": Request.RUN.value, "case": case, "program": program, "artifact_dir": artifact_dir,
+                   "repeat": repeat}
         try:
             return self._request(message, self.timeout_s)
         except WorkerGone as gone:

@@ -61,11 +61,11 @@ class WorkerServer:
         os.makedirs(artifact_dir, exist_ok=True)
         ctx = RunContext(artifact_dir=artifact_dir, case=case, options=self.route.options)
         try:
-            return self._compile_and_run(message["program"], case, ctx)
+            return self._compile_and_run(message["program"], case, ctx, int(message.get("repeat", 1)))
         finally:
             _drop_empty(artifact_dir)
 
-    def _compile_and_run(self, source: str, case: dict, ctx) -> dict:
+    def _compile_and_run(self, source: str, case: dict, ctx, repeat: int = 1) -> dict:
         from torchsim_diff import layout
         from torchsim_diff.routes.base import RouteFailure
         if not self.ready:
@@ -80,6 +80,10 @@ class WorkerServer:
             outputs = compiled(inputs, ctx)
             t_run = time.perf_counter() - t1
             outputs = _as_output_tuple(outputs)
+            for attempt in range(2, repeat + 1):
+                differs = _rerun_differs(compiled, case, ctx, outputs, inputs)
+                if differs:
+                    return _outcome(Kind.NONDETERMINISTIC, "run", f"run {attempt} differs from run 1: {differs}", ctx)
         except RouteFailure as failure:
             return _outcome(failure.kind, failure.stage, failure.message, ctx,
                             t_compile=time.perf_counter() - t0 if stage == "compile" else None)
@@ -107,6 +111,19 @@ class WorkerServer:
             while len(self.cache) > CACHE_SIZE:
                 self.cache.popitem(last=False)
         return compiled, t_compile
+
+
+def _rerun_differs(compiled, case, ctx, outputs, inputs) -> str:
+    """Run again on the same values; name the first result that differs bitwise, or ''."""
+    from torchsim_diff import layout
+    again_inputs = layout.materialize_all(case)
+    again = _as_output_tuple(compiled(again_inputs, ctx))
+    pairs = [(f"output {i}", a, b) for i, (a, b) in enumerate(zip(outputs, again))]
+    pairs += [(f"input {spec['name']}", a, b) for spec, a, b in zip(case["inputs"], inputs, again_inputs)]
+    for where, first, second in pairs:
+        if protocol.tensor_to_payload(first)["data"] != protocol.tensor_to_payload(second)["data"]:
+            return f"{where} changed between two runs on identical inputs"
+    return ""
 
 
 def _cache_key(source: str, case: dict) -> str:
