@@ -173,6 +173,9 @@ def cmd_table(args) -> int:
     records = [r for f in files for r in read_records(f)]
     kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
              "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows}
+    if args.format == "html" and not args.tables:
+        print(report.html_page(records))
+        return EXIT_CLEAN
     chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
     for name in chosen:
         if name not in kinds:

@@ -160,3 +160,48 @@ def mix_rows(records) -> list:
             "ops never seen": ",".join(sorted(registered - seen)) or "-",
         })
     return rows
+
+
+# -- html page with error distributions ---------------------------------------------------------
+def error_histogram_svg(records, route: str, width: int = 420, height: int = 140) -> str:
+    """Inline SVG: how many cases of `route` had their max abs error in each decade."""
+    errors = [r.get("max_abs_err") for r in records if r["route"] == route and r["status"] in ("pass", "fail")]
+    decades = defaultdict(int)
+    for e in errors:
+        if e is None:
+            continue
+        decades[-12 if e <= 0 else max(-12, min(2, math.floor(math.log10(e))))] += 1
+    if not decades:
+        return ""
+    keys = list(range(-12, 3))
+    top = max(decades.values())
+    bar = width / len(keys)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 30}" role="img" '
+             f'aria-label="max abs error distribution for {html.escape(route)}">']
+    for i, k in enumerate(keys):
+        h = (height - 10) * decades.get(k, 0) / top
+        parts.append(f'<rect x="{i * bar + 1:.1f}" y="{height - h:.1f}" width="{bar - 2:.1f}" height="{h:.1f}" '
+                     f'fill="#4a78b5"><title>1e{k}: {decades.get(k, 0)} cases</title></rect>')
+        label = "0" if k == -12 else f"1e{k}"
+        parts.append(f'<text x="{i * bar + bar / 2:.1f}" y="{height + 14}" font-size="9" '
+                     f'text-anchor="middle">{label}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def html_page(records, title: str = "torchsim-diff report") -> str:
+    """A self-contained page: tables plus per-route error distributions."""
+    routes = sorted({r["route"] for r in records})
+    sections = [f"<h1>{html.escape(title)}</h1>"]
+    sections.append(render(summary_rows(records), "html", "Summary"))
+    sections.append("<h3>Max abs error per case (decades), by route</h3>")
+    for route in routes:
+        svg = error_histogram_svg(records, route)
+        if svg:
+            sections.append(f"<figure><figcaption>{html.escape(route)}</figcaption>{svg}</figure>")
+    for name, rows in (("Error tolerance", tolerance_rows(records)), ("Buckets", bucket_rows(records)),
+                       ("Coverage", coverage_rows(records))):
+        sections.append(render(rows, "html", name))
+    style = "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:2px 6px}"
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>" \
+           f"<style>{style}</style></head><body>{''.join(sections)}</body></html>"

@@ -1,0 +1,70 @@
+"""Tables over records: every format renders the same rows; figures come from the records."""
+import csv
+import io
+import json
+
+import pytest
+
+from torchsim_diff import report
+
+
+def _record(route, status, ops, err=1e-7, kind=None, bucket=None, case_id="c", n_nodes=2, layouts=("contiguous",)):
+    return {"case_id": case_id, "route": route, "status": status, "kind": kind, "bucket": bucket, "op": ops[0],
+            "ops": list(ops), "dtypes": ["float32"], "layouts": list(layouts), "n_nodes": n_nodes,
+            "max_abs_err": err, "max_rel_err": err * 10, "max_ulp": 1.0, "err_ratio": 1.5, "t_case": 2.0,
+            "t_harness": 0.1, "t_compile": 1.8, "t_run": 0.1, "message": "output 0: values differ\nmore",
+            "case": {"dtype": "float32", "inputs": [], "nodes": []}}
+
+
+RECORDS = [
+    _record("inductor", "pass", ["relu", "add"], err=2e-7, case_id="a"),
+    _record("inductor", "pass", ["relu"], err=5e-7, case_id="b", layouts=("transposed", "inout")),
+    _record("inductor", "fail", ["argmax"], kind="wrong_values", bucket="b1", case_id="c", n_nodes=4),
+    _record("inductor", "fail", ["argmax"], kind="wrong_values", bucket="b1", case_id="d", n_nodes=2),
+    _record("triton", "unsupported", ["mm"], case_id="e"),
+]
+
+
+def test_summary_counts_statuses_and_buckets():
+    (inductor, triton) = report.summary_rows(RECORDS)
+    assert (inductor["cases"], inductor["pass"], inductor["fail"], inductor["buckets"]) == (4, 2, 2, 1)
+    assert inductor["harness %"] == 5.0 and triton["unsupported"] == 1
+
+
+def test_tolerance_table_takes_the_worst_error_per_route_op_dtype():
+    rows = {(r["route"], r["op"]): r for r in report.tolerance_rows(RECORDS)}
+    assert rows[("inductor", "relu")]["max abs err"] == 5e-7 and rows[("inductor", "relu")]["cases"] == 2
+    assert rows[("inductor", "argmax")]["passed"] == 0
+    assert ("triton", "mm") not in rows                  # unsupported cases say nothing about tolerance
+
+
+def test_bucket_table_counts_and_keeps_the_smallest_case():
+    (row,) = report.bucket_rows(RECORDS)
+    assert (row["bucket"], row["count"], row["smallest (nodes)"]) == ("b1", 2, 2)
+
+
+def test_coverage_counts_op_by_layout_class():
+    rows = {r["op"]: r for r in report.coverage_rows(RECORDS)}
+    assert rows["relu"]["transposed"] == 1 and rows["relu"]["contiguous"] == 1 and rows["mm"]["inout"] == 0
+
+
+@pytest.mark.parametrize("fmt", report.FORMATS)
+def test_every_format_renders_every_row(fmt):
+    rows = report.summary_rows(RECORDS)
+    text = report.render(rows, fmt, "Summary")
+    if fmt == "json":
+        assert json.loads(text) == rows
+    elif fmt == "csv":
+        assert list(csv.DictReader(io.StringIO(text)))[1]["route"] == "triton"
+    else:
+        assert "inductor" in text and "triton" in text
+
+
+def test_html_page_has_error_distribution_plots():
+    page = report.html_page(RECORDS)
+    assert page.count("<svg") == 1 and "inductor" in page and "<table" in page
+
+
+def test_unknown_format_is_refused():
+    with pytest.raises(ValueError, match="format='pdf'"):
+        report.render([], "pdf")
