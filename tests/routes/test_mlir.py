@@ -1,0 +1,170 @@
+"""Route `mlir` (torch-mlir -> linalg -> LLVM -> ExecutionEngine), run in-process.
+
+Every comparison is element by element against eager on the same materialised inputs, and
+covers the whole guarded storage of each input, so a route that reads or writes the wrong
+buffer (the prototype once returned 24/24 wrong elements without an error) fails here.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchsim_diff import layout
+from torchsim_diff.kinds import Kind
+from torchsim_diff.routes import make_route
+from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
+
+ROUTE = make_route("mlir")
+AVAILABLE, REASON = ROUTE.available()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=REASON)
+
+
+def spec(name, shape, strides=None, offset=0, dtype="float32", extra=0):
+    """Input spec with an explicit layout inside a storage `extra` elements larger than needed."""
+    if strides is None:
+        strides = [1] * len(shape)
+        for i in range(len(shape) - 2, -1, -1):
+            strides[i] = strides[i + 1] * shape[i + 1]
+    span = 1 + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
+    return {"name": name, "shape": list(shape), "dtype": dtype, "domain": {"kind": "real"},
+            "layout": {"classes": [], "strides": list(strides), "offset": offset,
+                       "storage_size": offset + span + extra}, "mutated": False}
+
+
+def case_of(*inputs, seed=7):
+    return {"schema": 1, "dtype": inputs[0]["dtype"], "inputs": list(inputs), "nodes": [], "outputs": [],
+            "values": {"seed": seed, "special": False}}
+
+
+def run_route(route, program, case, tmp_path, seeds=(7,), options=None):
+    """Compile once, run for each seed; yield (route outputs, route inputs, eager outputs, eager inputs)."""
+    ctx = RunContext(artifact_dir=str(tmp_path), case=case, options=dict(options or {}))
+    compiled = route.compile(program, layout.materialize_all(case), ctx)
+    for seed in seeds:
+        case = {**case, "values": {"seed": seed, "special": False}}
+        route_inputs, eager_inputs = layout.materialize_all(case), layout.materialize_all(case)
+        outputs = compiled(route_inputs, ctx)
+        yield outputs, route_inputs, program(*eager_inputs), eager_inputs, ctx
+
+
+def assert_same_as_eager(outputs, route_inputs, eager_outputs, eager_inputs, exact=True):
+    assert len(outputs) == len(eager_outputs)
+    for got, want in zip(outputs, eager_outputs):
+        assert got.shape == want.shape and got.dtype == want.dtype
+        if exact:
+            wrong = (got != want).sum().item()
+            assert wrong == 0, f"{wrong}/{want.numel()} elements differ from eager"
+        else:
+            torch.testing.assert_close(got, want)
+    for got, want in zip(route_inputs, eager_inputs):  # whole storages: guards and mutations
+        assert torch.equal(layout.storage_of(got), layout.storage_of(want))
+
+
+def permute_add(x0, x1):
+    return (x0.permute(2, 0, 1) + x1,)
+
+
+def two_layouts(x0):
+    return (x0.t() * 2.0, x0 + 1.0)
+
+
+@pytest.mark.parametrize("program, inputs", [
+    (permute_add, [spec("x0", [2, 3, 4]), spec("x1", [2, 3])]),
+    (permute_add, [spec("x0", [2, 3, 4], strides=[1, 2, 6], extra=3), spec("x1", [2, 3], strides=[1, 2])]),
+    (two_layouts, [spec("x0", [3, 5], strides=[1, 3], offset=2, extra=4)]),
+], ids=["permute-contiguous", "permute-strided-inputs", "transpose-and-same-layout-outputs"])
+def test_calling_convention_matches_eager_element_by_element(program, inputs, tmp_path):
+    for run in run_route(ROUTE, program, case_of(*inputs), tmp_path, seeds=(7, 8)):
+        assert_same_as_eager(*run[:4])
+
+
+def add_into_second(x0, x1):
+    x1.add_(x0.t())
+    return (x1 * 2.0,)
+
+
+def scale_rows_in_place(x0):
+    x0[1:3].mul_(2.0)
+    return ()
+
+
+@pytest.mark.parametrize("program, inputs", [
+    (add_into_second, [spec("x0", [3, 4]), spec("x1", [4, 3], strides=[1, 4], offset=1, extra=2)]),
+    (scale_rows_in_place, [spec("x0", [5, 3], strides=[6, 2], offset=1, extra=1)]),
+], ids=["mutated-transposed-input", "mutated-slice-of-strided-input"])
+def test_mutated_inputs_are_written_back(program, inputs, tmp_path):
+    for run in run_route(ROUTE, program, case_of(*inputs), tmp_path):
+        assert_same_as_eager(*run[:4])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16", "int64", "int32"])
+def test_other_dtypes_match_eager(dtype, tmp_path):
+    def program(x0, x1):
+        return (x0 * x1 + x0, (x0 > x1))
+    inputs = [spec("x0", [4, 5], dtype=dtype), spec("x1", [4, 5], dtype=dtype)]
+    for run in run_route(ROUTE, program, case_of(*inputs), tmp_path):
+        assert_same_as_eager(*run[:4], exact=not layout.dtype_of(dtype).is_floating_point)
+
+
+def test_reduction_and_transcendental_match_eager_closely(tmp_path):
+    def program(x0):
+        return (torch.softmax(x0, -1), x0.sum(0))
+    for run in run_route(ROUTE, program, case_of(spec("x0", [6, 9])), tmp_path):
+        assert_same_as_eager(*run[:4], exact=False)
+
+
+def test_artifacts_hold_linalg_llvm_dialect_and_llvm_ir(tmp_path):
+    list(run_route(ROUTE, permute_add, case_of(spec("x0", [2, 3, 4]), spec("x1", [2, 3])), tmp_path))
+    assert "linalg" in (tmp_path / "kernel.linalg.mlir").read_text()
+    assert "llvm.func" in (tmp_path / "kernel.llvm.mlir").read_text()
+    assert "define void @_mlir_ciface_torchsim_kernel" in (tmp_path / "kernel.ll").read_text()
+
+
+def test_complex_dtype_is_unsupported(tmp_path):
+    ctx = RunContext(artifact_dir=str(tmp_path), case={})
+    with pytest.raises(Unsupported, match="complex64"):
+        ROUTE.compile(lambda x: (x * 2,), [torch.zeros(3, dtype=torch.complex64)], ctx)
+
+
+def test_export_failure_is_classified_at_import_stage(tmp_path):
+    def data_dependent(x0):
+        if x0.sum() > 0:  # torch.export cannot trace a branch on a tensor value
+            return (x0 + 1,)
+        return (x0 - 1,)
+    ctx = RunContext(artifact_dir=str(tmp_path), case={})
+    with pytest.raises(RouteFailure) as failure:
+        ROUTE.compile(data_dependent, [torch.ones(3)], ctx)
+    assert (failure.value.kind, failure.value.stage) == (Kind.COMPILE_ERROR, "import")
+
+
+def test_an_aten_op_without_a_lowering_is_unsupported_and_named(tmp_path):
+    # torch-mlir 20261001 has no linalg lowering for aten.erfinv
+    ctx = RunContext(artifact_dir=str(tmp_path), case={})
+    with pytest.raises(Unsupported, match="torch.aten.erfinv") as failure:
+        ROUTE.compile(lambda x0: (torch.erfinv(x0),), [torch.zeros(3)], ctx)
+    assert failure.value.stage == "import"
+
+
+def test_a_lowering_that_returns_results_instead_of_out_parameters_is_refused(monkeypatch):
+    """The prototype's silent wrong-buffer bug: without modify-public-functions the C wrapper
+    takes the result descriptor first and a harness passing inputs first reads garbage."""
+    from torchsim_diff.routes import mlir_lowering
+    pipeline = mlir_lowering.LINALG_TO_LLVM.replace("buffer-results-to-out-params{modify-public-functions=1}",
+                                                    "buffer-results-to-out-params")
+    monkeypatch.setattr(mlir_lowering, "LINALG_TO_LLVM", pipeline)
+    with pytest.raises(RouteFailure) as failure:
+        mlir_lowering.lower_program(lambda x0: (x0.t() + 1.0,), [torch.ones(2, 3)], {})
+    assert (failure.value.kind, failure.value.stage) == (Kind.TOOL_ERROR, "lowering")
+    assert "returns a value" in failure.value.message
+
+
+def test_half_precision_graph_needing_double_to_half_helper_runs(tmp_path):
+    """x86 code for this graph calls __truncdfhf2, which the JIT finds only in libgcc_s."""
+    def program(x0, x1, x2):
+        return (torch.argmax(x0), torch.nn.functional.gelu(x0), torch.relu(torch.mm(x1, x2)))
+    inputs = [spec("x0", [4, 6], dtype="float16"), spec("x1", [5, 3], dtype="float16"),
+              spec("x2", [3, 4], dtype="float16")]
+    for outputs, route_inputs, eager_outputs, eager_inputs, _ in run_route(ROUTE, program, case_of(*inputs), tmp_path):
+        assert torch.equal(outputs[0], eager_outputs[0])
+        torch.testing.assert_close(outputs[1], eager_outputs[1], atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(outputs[2], eager_outputs[2], atol=2e-3, rtol=2e-3)
