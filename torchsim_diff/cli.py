@@ -117,6 +117,11 @@ def _route_options(args) -> dict:
         route, name = key.split(".", 1)
         _route_or_usage(route)
         options.setdefault(route, {})[name] = int(value) if value.isdigit() else value
+    for route, chosen in options.items():
+        try:
+            _route_or_usage(route)(chosen)      # routes check their options when built
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"--route-option for {route}: {exc}") from None
     return options
 
 

@@ -69,7 +69,7 @@ class MlirJitRoute(Route):
             from torch_mlir.execution_engine import ExecutionEngine  # noqa: F401
         except Exception as error:  # noqa: BLE001
             return False, (f"torch-mlir is not importable ({type(error).__name__}: {error}); "
-                           "install it with `bash scripts/install-riscv-toolchain.sh`")
+                           "install it with `bash scripts/setup.sh`")
         return True, f"torch-mlir {self.versions().get('torch_mlir', '?')}"
 
     def compile(self, program, example_inputs, ctx):

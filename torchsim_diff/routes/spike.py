@@ -124,7 +124,7 @@ class Toolchain:
     @classmethod
     def locate(cls) -> "Toolchain":
         """Every tool the route runs, or LookupError naming the missing one and the fix."""
-        fix = "run `bash scripts/install-riscv-toolchain.sh` from the repository root"
+        fix = "run `bash scripts/setup.sh` from the repository root"
         found = {}
         for role, name in (("clang", CLANG), ("gcc", GCC)):
             found[role] = shutil.which(name)
@@ -392,7 +392,7 @@ class SpikeRoute(Route):
             import torch_mlir  # noqa: F401
         except Exception as error:  # noqa: BLE001
             return False, (f"torch-mlir is not importable ({type(error).__name__}); "
-                           "run `bash scripts/install-riscv-toolchain.sh`")
+                           "run `bash scripts/setup.sh`")
         try:
             Toolchain.locate()
         except LookupError as missing:
