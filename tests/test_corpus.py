@@ -1,5 +1,7 @@
 """Replay corpora/ on every available route: seeds must pass, known bugs must still fail.
 
+A seed that fails in a known bug's bucket is an expected failure (the known entry is the
+strict witness of that bug); in any other bucket it fails the suite.
 Known bugs are strict expected failures raising their own bucket's exception type: a bug
 that stops reproducing (XPASS) or starts failing differently (another bucket) fails the
 suite, so nothing changes unnoticed. Routes that cannot run here are skipped with the reason.
@@ -16,6 +18,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = os.path.join(REPO, "corpora")
 ROUTES = os.environ.get("TORCHSIM_DIFF_CORPUS_ROUTES", "eager,inductor,triton,mlir,spike").split(",")
 ENTRIES = [e for e, err in iter_entries([CORPORA]) if e is not None]
+KNOWN_BUCKETS = {e.bucket for e in ENTRIES if e.kind == KNOWN}
 CORRUPT = [err for e, err in iter_entries([CORPORA]) if err is not None]
 
 pytestmark = [pytest.mark.slow, pytest.mark.corpus]
@@ -43,6 +46,8 @@ def test_corpus_has_no_corrupt_entries():
 def test_seed_entry_passes(corpus_checker, entry, route):
     _require(corpus_checker, route)
     outcome = replay_entry(corpus_checker, entry, route)
+    if not outcome.ok and outcome.verdict.bucket in KNOWN_BUCKETS:
+        pytest.xfail(f"hits known bug {outcome.verdict.bucket} (corpora/known)")
     assert outcome.ok, f"{entry.path} on {route}: {outcome.got}\n{outcome.verdict.message}"
 
 
