@@ -61,3 +61,17 @@ def test_second_campaign_says_which_buckets_are_new(tmp_path, double_routes):
     saved = json.load(open(store))["buckets"]
     (entry,) = saved.values()
     assert entry["count"] == 6 and entry["size"][0] == 1
+
+
+def test_new_buckets_get_bundles_and_export_writes_one(tmp_path, double_routes, capsys):
+    out = tmp_path / "run"
+    store = tmp_path / "buckets.json"
+    code = main(["fuzz", "--routes", "double-wrong-element", "--max-examples", "3", "--out", str(out),
+                 "--ops", "relu", "--buckets", str(store)])
+    assert code == 1
+    (bucket,) = os.listdir(out / "bundles")
+    assert {"repro.py", "case.json", "ISSUE.md"} <= set(os.listdir(out / "bundles" / bucket))
+    assert main(["export", bucket, "--to", str(tmp_path / "exported"), "--buckets", str(store)]) == 0
+    assert (tmp_path / "exported" / "ISSUE.md").exists()
+    assert main(["export", "0000000000", "--to", str(tmp_path / "x"), "--from", str(out)]) == 2
+    assert "not found" in capsys.readouterr().err

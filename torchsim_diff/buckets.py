@@ -44,10 +44,26 @@ class BucketStore:
         if entry["size"] is None or size < tuple(entry["size"]):
             entry["size"], entry["case"] = list(size), record["case"]
             entry["artifacts"] = record.get("artifacts")
+            entry["record"] = record
         return is_new
+
+    def smallest_record(self, bucket: str) -> dict | None:
+        entry = self.buckets.get(bucket)
+        return entry.get("record") if entry else None
 
     def save(self) -> None:
         write_atomic(self.path, {"schema": 1, "buckets": self.buckets})
+
+
+def smallest_per_bucket(records) -> dict:
+    """bucket -> its smallest failing record among `records`."""
+    best: dict = {}
+    for record in records:
+        bucket = record.get("bucket")
+        if bucket and record.get("status") == "fail":
+            if bucket not in best or _size(record["case"]) < _size(best[bucket]["case"]):
+                best[bucket] = record
+    return best
 
 
 def _size(case: dict) -> tuple:

@@ -14,7 +14,7 @@ import time
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from torchsim_diff.buckets import BucketStore
+from torchsim_diff.buckets import BucketStore, smallest_per_bucket
 from torchsim_diff.check import Checker
 from torchsim_diff.kinds import Status
 from torchsim_diff.results import ResultsWriter
@@ -56,6 +56,7 @@ class CampaignResult:
     unavailable: dict = dataclasses.field(default_factory=dict)
     interrupted: bool = False
     new_buckets: set = dataclasses.field(default_factory=set)
+    bundles: dict = dataclasses.field(default_factory=dict)
 
     @property
     def findings(self) -> list:
@@ -128,7 +129,24 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     if store is not None:
         store.save()
         result.new_buckets = set(store.new)
+    result.bundles = write_new_bundles(result.records, result.new_buckets if store else None, opts.out_dir)
     return result
+
+
+def write_new_bundles(records, new_buckets, out_dir: str) -> dict:
+    """A reproducer bundle under OUT/bundles/<bucket> for each new bucket (every bucket
+    when there is no history), from its smallest case in this run. bucket -> folder."""
+    from torchsim_diff.repro import BundleError, write_bundle
+    written = {}
+    for bucket, record in smallest_per_bucket(records).items():
+        if new_buckets is not None and bucket not in new_buckets:
+            continue
+        folder = os.path.join(out_dir, "bundles", bucket)
+        try:
+            written[bucket] = write_bundle(record, folder)
+        except (BundleError, OSError) as exc:
+            sys.stderr.write(f"no reproducer for bucket {bucket}: {exc}\n")
+    return written
 
 
 def _available_routes(checker: Checker, routes, result: CampaignResult) -> set:

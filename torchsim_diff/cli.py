@@ -94,7 +94,7 @@ def cmd_fuzz(args) -> int:
         raise UsageError(str(exc)) from None
     print(render(summary_rows(result.records), "plain", "Summary"))
     if result.findings:
-        rows = bucket_rows(result.records)
+        rows = bucket_rows(result.records, result.bundles)
         for row in rows:
             row["new"] = "NEW" if row["bucket"] in result.new_buckets else ""
         print()
@@ -167,6 +167,32 @@ def cmd_replay(args) -> int:
     return EXIT_CLEAN if ok else EXIT_FINDINGS
 
 
+# -- export ---------------------------------------------------------------------------
+def cmd_export(args) -> int:
+    """Write the reproducer bundle of one bucket (its smallest case) to a folder."""
+    from torchsim_diff.buckets import BucketStore, smallest_per_bucket
+    from torchsim_diff.repro import BundleError, write_bundle
+    from torchsim_diff.results import find_results, read_records
+    record = None
+    if args.runs:
+        files = find_results(args.runs)
+        record = smallest_per_bucket(r for f in files for r in read_records(f)).get(args.bucket)
+        where = ", ".join(args.runs)
+    else:
+        if not os.path.exists(args.buckets):
+            raise UsageError(f"no bucket history at {args.buckets}; pass run folders with --from")
+        record = BucketStore(args.buckets).smallest_record(args.bucket)
+        where = args.buckets
+    if record is None:
+        raise UsageError(f"bucket {args.bucket!r} not found in {where}")
+    try:
+        folder = write_bundle(record, args.to)
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"bundle for bucket {args.bucket} ({record['route']}, {record['kind']}) written to {folder}")
+    return EXIT_CLEAN
+
+
 # -- tables -----------------------------------------------------------------------------
 def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
@@ -231,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--format", choices=FORMATS, default="plain")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("export", help="write the reproducer bundle of a bucket")
+    p.add_argument("bucket", help="bucket id (from a bucket table)")
+    p.add_argument("--to", required=True, help="folder to write the bundle into")
+    p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
+    p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"), help="bucket history file")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")

@@ -193,7 +193,9 @@ class FuzzSession:
         write = terminalreporter.write_line
         terminalreporter.section("torchsim-diff")
         new = self._update_bucket_history(records)
-        buckets = report.bucket_rows(records)
+        from torchsim_diff.campaign import write_new_bundles
+        bundles = write_new_bundles(records, new, self.report_dir)
+        buckets = report.bucket_rows(records, bundles)
         for row in buckets:
             row["new"] = "NEW" if row["bucket"] in new else ""
         for title, rows in (("Summary", report.summary_rows(records)),
