@@ -167,6 +167,33 @@ def cmd_replay(args) -> int:
     return EXIT_CLEAN if ok else EXIT_FINDINGS
 
 
+# -- reduce ---------------------------------------------------------------------------
+def cmd_reduce(args) -> int:
+    """Shrink a failing case (case file or corpus entry) on one route; write and print the result."""
+    from torchsim_diff.corpus import CorruptEntry, read_entry
+    from torchsim_diff.reduce import ReduceError, reduce_case
+    import tempfile
+    _route_or_usage(args.route)
+    try:
+        entry = read_entry(args.case)
+    except CorruptEntry as exc:
+        raise UsageError(str(exc)) from None
+    out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-reduce-")
+    progress = (lambda line: sys.stderr.write(f"  {line}\n")) if args.verbose else None
+    try:
+        result = reduce_case(entry.case, args.route, out_dir=out_dir, jobs=args.jobs, timeout_s=args.timeout,
+                             max_runs=args.max_runs, progress=progress)
+    except ReduceError as exc:
+        raise UsageError(f"{args.case}: {exc}") from None
+    output = args.output or os.path.join(out_dir, "reduced.json")
+    with open(output, "w", encoding="utf-8") as handle:
+        handle.write(result.reduced.to_json() + "\n")
+    print(result.summary())
+    print(f"reduced case written to {output}\n")
+    print(result.reduced.program_source(), end="")
+    return EXIT_CLEAN
+
+
 # -- export ---------------------------------------------------------------------------
 def cmd_export(args) -> int:
     """Write the reproducer bundle of one bucket (its smallest case) to a folder."""
@@ -257,6 +284,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--format", choices=FORMATS, default="plain")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("reduce", help="shrink a failing case while it fails in the same bucket on a route")
+    p.add_argument("case", help="case JSON file or corpus entry")
+    p.add_argument("--route", required=True, help="the route the case fails on")
+    p.add_argument("--output", "-o", help="where to write the reduced case (default: <out>/reduced.json)")
+    p.add_argument("--out", help="folder for workers and artifacts (default: a temporary folder)")
+    p.add_argument("--jobs", type=int, default=None, help="cases checked in parallel (default: one per core)")
+    p.add_argument("--max-runs", type=int, default=2000, help="route runs before stopping (default: 2000)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per run before 'timeout' (default: 120)")
+    p.add_argument("--verbose", "-v", action="store_true", help="print each accepted step")
+    p.set_defaults(func=cmd_reduce)
 
     p = sub.add_parser("export", help="write the reproducer bundle of a bucket")
     p.add_argument("bucket", help="bucket id (from a bucket table)")

@@ -1,0 +1,161 @@
+"""The reducer: failing cases shrink, keep their bucket, and stay valid."""
+import tempfile
+
+import pytest
+import torch
+
+from tests.conftest import make_case
+from torchsim_diff import layout, reduce
+from torchsim_diff.check import Checker
+
+
+def _padded_case(with_exp: bool = False):
+    """Seven nodes: the output goes through sigmoid, log and a transposed input; two more
+    nodes feed an in-place write that the failure does not need."""
+    nodes = [
+        {"id": "v0", "op": "transpose", "args": ["x0"], "attrs": {"dim0": 0, "dim1": 1}},
+        {"id": "v1", "op": "add", "args": ["v0", "x1"], "attrs": {}},
+        {"id": "v2", "op": "exp" if with_exp else "tanh", "args": ["v1"], "attrs": {}},
+        {"id": "v3", "op": "sigmoid", "args": ["v2"], "attrs": {}},
+        {"id": "v4", "op": "log", "args": ["v3"], "attrs": {}},
+        {"id": "v5", "op": "mul", "args": ["x1", "x1"], "attrs": {}},
+        {"id": "v6", "op": "add_", "args": ["x2", "v5"], "attrs": {}},
+    ]
+    inputs = [("x0", [6, 5], [1, 6], 2, 33, {"classes": ["transposed", "offset"]}),
+              ("x1", [5, 6], [6, 1], 0, 30, {}),
+              ("x2", [5, 6], [6, 1], 0, 30, {"mutated": True, "classes": ["inout"]})]
+    return make_case(nodes=nodes, inputs=inputs, outputs=["v4"], seed=7)
+
+
+def _buckets(route, *cases):
+    """Buckets of cases on `route`, checked afresh (one Checker, outside the reducer)."""
+    with Checker(out_dir=tempfile.mkdtemp()) as checker:
+        return [checker.check(case, route).bucket for case in cases]
+
+
+def _runs_in_eager(case) -> bool:
+    namespace = {}
+    exec(case.program_source(), namespace)
+    try:
+        namespace["program"](*layout.materialize_all(case.to_dict()))
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_wrong_element_case_shrinks_to_few_nodes_in_same_bucket(double_routes, tmp_path, monkeypatch):
+    case = _padded_case()
+    sent = []
+    first_keeping = reduce._Evaluator.first_keeping
+
+    def spy(self, candidates, bucket):
+        sent.extend(candidates)
+        return first_keeping(self, candidates, bucket)
+    monkeypatch.setattr(reduce._Evaluator, "first_keeping", spy)
+    result = reduce.reduce_case(case, "double-wrong-element", out_dir=str(tmp_path), jobs=2)
+    assert len(case.nodes) == 7
+    assert len(result.reduced.nodes) <= 3, result.reduced.program_source()
+    assert result.size_after < result.size_before
+    assert result.size_after[2] < result.size_before[2]
+    assert _buckets("double-wrong-element", result.reduced, case) == [result.bucket] * 2
+    assert _runs_in_eager(result.reduced)
+    assert result.runs > 1
+    assert sent and all(_runs_in_eager(c) for c in sent)    # no invalid candidate reaches the route
+    assert f"{result.runs} route runs" in result.summary()
+
+
+def test_other_bucket_is_never_accepted(double_routes, tmp_path):
+    case = _padded_case(with_exp=True)
+    route = "double-wrong-unless-exp"
+    result = reduce.reduce_case(case, route, out_dir=str(tmp_path), jobs=1)
+    # Dropping exp would turn the compile failure into a wrong-values failure: another bucket.
+    assert "exp" in result.reduced.ops, result.reduced.program_source()
+    assert _buckets(route, result.reduced, case) == [result.bucket] * 2
+    assert len(result.reduced.nodes) < len(case.nodes)
+    assert _runs_in_eager(result.reduced)
+
+
+def test_cut_input_keeps_consumer_domain():
+    case = _padded_case()
+    cuts = [c for c in reduce._cut_nodes(case)]
+    # Cutting sigmoid (v3) leaves log reading a new input: it must hold positive values.
+    cut_v3 = [c for c in cuts if not any(n["id"] == "v3" for n in c.nodes)]
+    assert cut_v3
+    new_input = cut_v3[0].inputs[-1]
+    assert new_input["domain"] == {"kind": "positive"}
+
+
+def test_invalid_candidates_are_rejected():
+    case = _padded_case()
+    data = case.to_dict()
+    data["inputs"][1]["shape"] = [4, 6]          # x0.t() + x1 no longer broadcasts
+    data["inputs"][1]["layout"]["strides"] = [6, 1]
+    bad = type(case).from_dict(data)
+    assert not reduce._is_valid(bad)
+    assert reduce._is_valid(case)
+
+
+def test_passing_case_is_refused(double_routes, tmp_path):
+    case = _padded_case()
+    with pytest.raises(reduce.ReduceError, match="does not fail"):
+        reduce.reduce_case(case, "double-raising", out_dir=str(tmp_path), jobs=1)
+
+
+def test_float16_case_is_raised_to_float32_when_bucket_holds(double_routes, tmp_path):
+    case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}},
+                            {"id": "v1", "op": "neg", "args": ["v0"], "attrs": {}}],
+                     inputs=[("x0", [3, 4], [4, 1], 0, 12, {})], outputs=["v1"], dtype="float16", seed=3)
+    result = reduce.reduce_case(case, "double-wrong-element", out_dir=str(tmp_path), jobs=1)
+    assert result.reduced.dtype == "float32"
+    assert result.reduced.ops == ["neg"]
+    assert case.dtype == "float16"
+    assert _buckets("double-wrong-element", result.reduced) == [result.bucket]
+
+
+def test_tidy_drops_dead_nodes_and_unused_inputs_and_renumbers():
+    case = _padded_case()
+    data = case.to_dict()
+    data["nodes"] = data["nodes"][:5]               # no in-place write: x2 and mul are dead
+    data["outputs"] = ["v4"]
+    data["nodes"][4]["args"] = ["v2"]              # sigmoid v3 is now dead too (log of tanh)
+    tidy = reduce._tidy(type(case).from_dict(data))
+    assert [n["id"] for n in tidy.nodes] == ["v0", "v1", "v2", "v3"]
+    assert [i["name"] for i in tidy.inputs] == ["x0", "x1"]
+    assert tidy.outputs == ["v3"] and tidy.nodes[-1]["op"] == "log"
+
+
+def test_layout_simplification_keeps_explicit_values():
+    case = _padded_case()
+    with_data = reduce._with_values(case, 0, torch.arange(30.0).reshape(6, 5))
+    candidates = list(reduce._simplify_layouts(with_data))
+    contiguous = candidates[0]
+    assert contiguous.inputs[0]["layout"]["strides"] == [5, 1]
+    assert contiguous.inputs[0]["layout"]["classes"] == ["contiguous"]
+    assert torch.equal(reduce._materialize(contiguous, 0), reduce._materialize(with_data, 0))
+
+
+def test_eager_runner_used_by_these_tests_detects_invalid_cases():
+    case = _padded_case()
+    data = case.to_dict()
+    data["inputs"][1]["shape"], data["inputs"][1]["layout"]["strides"] = [4, 6], [6, 1]
+    assert not _runs_in_eager(type(case).from_dict(data))
+    assert _runs_in_eager(case)
+
+
+def test_dimension_shrinking_filters_out_candidates_eager_rejects():
+    case = _padded_case()
+    raw = list(reduce._shrink_dims(case))
+    kept = list(reduce._valid_candidates(iter(raw), case))
+    assert any(not _runs_in_eager(c) for c in raw)       # x1 alone shrunk no longer broadcasts
+    assert kept and all(_runs_in_eager(c) for c in kept)
+    assert all(c.size()[2] < case.size()[2] for c in kept)
+
+
+def test_dropping_a_whole_input_write_rewires_its_readers_to_the_input():
+    case = make_case(nodes=[{"id": "v0", "op": "add_", "args": ["x0", "x1"], "attrs": {"view": None}},
+                            {"id": "v1", "op": "relu", "args": ["v0"], "attrs": {}}],
+                     inputs=[("x0", [2, 3], [3, 1], 0, 6, {"mutated": True, "classes": ["inout"]}),
+                             ("x1", [2, 3], [3, 1], 0, 6, {})], outputs=["v1"])
+    dropped = [reduce._tidy(c) for c in reduce._drop_nodes(case)]
+    assert [n["op"] for n in dropped[0].nodes] == ["relu"]
+    assert dropped[0].nodes[0]["args"] == ["x0"] and len(dropped[0].inputs) == 1
