@@ -75,3 +75,15 @@ def test_new_buckets_get_bundles_and_export_writes_one(tmp_path, double_routes, 
     assert (tmp_path / "exported" / "ISSUE.md").exists()
     assert main(["export", "0000000000", "--to", str(tmp_path / "x"), "--from", str(out)]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_reduce_command_shrinks_and_refuses_a_passing_case(tmp_path, double_routes, capsys):
+    from tests.conftest import REPO
+    seed_entry = os.path.join(REPO, "corpora", "seed", "seed-00-float32.json")
+    assert main(["reduce", seed_entry, "--route", "eager", "--out", str(tmp_path / "a")]) == 2
+    assert "does not fail" in capsys.readouterr().err
+    output = tmp_path / "reduced.json"
+    assert main(["reduce", seed_entry, "--route", "double-wrong-element", "--out", str(tmp_path / "b"),
+                 "--output", str(output)]) == 0
+    from torchsim_diff.graph import Case
+    assert len(Case.from_json(output.read_text()).nodes) <= 3
