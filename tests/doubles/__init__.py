@@ -1,0 +1,1 @@
+"""Test doubles: deliberately wrong components that tests use to prove the tool catches them."""

@@ -1,0 +1,5 @@
+"""Kernel tests import the `doubles` package from tests/ (launchers, case helpers)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
