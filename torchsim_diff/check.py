@@ -22,6 +22,25 @@ from torchsim_diff.worker import protocol
 from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
 
+LOCALISED_KINDS = (Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION)
+
+
+def _localise(artifact_dir: str) -> dict:
+    """The first captured kernel whose replay disagrees with what the route computed, when
+    the route captured its kernel launches (see torchsim_diff.kernels)."""
+    if not os.path.isdir(artifact_dir):
+        return {}
+    from torchsim_diff.kernels.capture import CaptureFormatError
+    from torchsim_diff.kernels.localise import first_divergent_kernel
+    try:
+        found = first_divergent_kernel(artifact_dir, in_child=True)   # keeps interpreter shims out of here
+    except (CaptureFormatError, OSError):
+        return {}
+    if not found:
+        return {}
+    return {"divergent_kernel": {k: found.get(k) for k in ("launch", "kernel_name", "folder", "summary")}}
+
+
 @dataclasses.dataclass
 class Verdict:
     case: Case
@@ -70,6 +89,7 @@ class Verdict:
             "err_ratio": oracle.finite_or_none(s.err_ratio),
             "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),
             "t_case": self.t_case, "t_harness": self.t_harness, "cost": self.metrics.get("cost"),
+            "divergent_kernel": self.metrics.get("divergent_kernel"),
             "artifacts": self.artifact_dir if self.artifacts else None,
             "message": self.message, "case": case.to_dict(),
         }
@@ -137,6 +157,8 @@ class Checker:
         reply = self.worker(route).run(case.to_dict(), source, artifact_dir, self.repeat)
         verdict = self._verdict(case, route, ref, reply)
         verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.get("artifacts", [])
+        if verdict.failed and verdict.kind in LOCALISED_KINDS:
+            verdict.metrics.update(_localise(artifact_dir))
         if not verdict.failed:
             shutil.rmtree(artifact_dir, ignore_errors=True)
             verdict.artifacts = []

@@ -220,6 +220,21 @@ def cmd_export(args) -> int:
     return EXIT_CLEAN
 
 
+# -- kernel replay ----------------------------------------------------------------------
+def cmd_kernel_replay(args) -> int:
+    """Replay one captured kernel launch on its captured inputs; diff against its outputs."""
+    from torchsim_diff.kernels.capture import CaptureFormatError
+    from torchsim_diff.kernels.replay import replay_artifact
+    if not os.path.exists(args.artifact):
+        raise UsageError(f"{args.artifact}: no such capture")
+    try:
+        report = replay_artifact(args.artifact, executor=args.executor)
+    except CaptureFormatError as exc:
+        raise UsageError(f"{args.artifact}: {exc}") from None
+    print(report.summary())
+    return EXIT_CLEAN if report.ok else EXIT_FINDINGS
+
+
 # -- tables -----------------------------------------------------------------------------
 def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
@@ -302,6 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
     p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"), help="bucket history file")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("kernel", help="kernel-level tools (Triton kernel captures)")
+    kernel_sub = p.add_subparsers(dest="kernel_command", required=True, parser_class=_Parser)
+    k = kernel_sub.add_parser("replay", help="replay a captured kernel launch and diff with its captured outputs")
+    k.add_argument("artifact", help="a launch folder (launch.json + kernel.py) or a case's artifact folder")
+    k.add_argument("--executor", choices=("interpreter", "cuda"), default="interpreter")
+    k.set_defaults(func=cmd_kernel_replay)
 
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")

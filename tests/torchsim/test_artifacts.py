@@ -80,9 +80,13 @@ def test_cycles_are_read_from_finished_togsim_logs(tmp_path):
 
 
 def _inductor_wrapper(fn, *inputs):
+    import torch._inductor.config as inductor_config
     from torch._inductor.utils import run_and_get_code
     torch._dynamo.reset()
-    _, codes = run_and_get_code(torch.compile(fn, backend="inductor", dynamic=False), *inputs)
+    # Inductor's defaults, whatever other tests in this process configured (the triton
+    # route's shims switch GEMMs to Triton templates, which take mm off extern_kernels).
+    with inductor_config.patch(max_autotune_gemm=False, max_autotune=False, cpu_backend="cpp"):
+        _, codes = run_and_get_code(torch.compile(fn, backend="inductor", dynamic=False), *inputs)
     return "\n".join(codes)
 
 

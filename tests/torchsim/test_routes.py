@@ -85,7 +85,11 @@ def cpu_driver(tmp_path):
         program = TorchSimProgram(route, namespace["program"], env)
         ctx = RunContext(artifact_dir=str(tmp_path / "artifacts"), case=case)
         inputs = layout.materialize_all(case)
-        return program(inputs, ctx), inputs, ctx
+        import torch._inductor.config as inductor_config
+        # Inductor's defaults, whatever other tests in this process configured (the triton
+        # route's shims switch GEMMs to Triton templates and the CPU backend to Triton).
+        with inductor_config.patch(max_autotune_gemm=False, max_autotune=False, cpu_backend="cpp"):
+            return program(inputs, ctx), inputs, ctx
     return run
 
 
