@@ -83,6 +83,17 @@ class FunctionCompiled(Compiled):
         return self.fn(*inputs)
 
 
+def allow_many_programs() -> None:
+    """Lift Dynamo's per-code-object recompile limits for a worker that compiles thousands
+    of different programs: some torch versions compile every program through one shared
+    wrapper frame, and hit the limit (FailOnRecompileLimitHit under fullgraph) after 8."""
+    import torch._dynamo.config as dynamo_config
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",
+                 "accumulated_cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, 1_000_000)
+
+
 class Route:
     """Base class for routes. Subclasses set `name` and implement `compile`.
 

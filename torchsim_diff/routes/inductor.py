@@ -1,7 +1,7 @@
 """Route `inductor`: torch.compile with Inductor's C++ backend on CPU."""
 from __future__ import annotations
 
-from torchsim_diff.routes.base import Compiled, Route
+from torchsim_diff.routes.base import Compiled, Route, allow_many_programs
 
 
 class InductorRoute(Route):
@@ -16,8 +16,7 @@ class InductorRoute(Route):
     def setup(self):
         import torch
         torch.set_num_threads(1)
-        # Each case is a fresh function; without this, dynamo's per-process limits warn.
-        torch._dynamo.config.cache_size_limit = 64
+        allow_many_programs()
 
     def compile(self, program, example_inputs, ctx):
         import torch

@@ -27,7 +27,7 @@ import traceback
 import weakref
 
 from torchsim_diff.kinds import Kind
-from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported
+from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported, allow_many_programs
 from torchsim_diff.torchsim import artifacts, capture, classify, config, generation, probe, timeouts, workdir
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -94,6 +94,7 @@ class TorchSimRoute(Route):
         self.machine_config = config.write_machine_config(
             base, os.path.join(self.work_root, "machine.yml"), timing=self.timing)
         os.environ["TOGSIM_CONFIG"] = self.machine_config   # before PyTorchSim reads it
+        allow_many_programs()
         self.device = device.open_device(self.generation.name, self.torchsim_dir)
 
     def compile(self, program, example_inputs, ctx):

@@ -29,7 +29,7 @@ import os
 import re
 import time
 
-from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported
+from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported, allow_many_programs
 
 # Calls in Inductor's generated wrapper that run an op outside Triton.
 _FALLBACK_CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\s*\(")
@@ -225,6 +225,7 @@ class TritonInterpreterRoute(_TritonRouteBase):
         os.environ["TRITON_INTERPRET"] = "1"
         triton_shims.install_interpreter_shims()
         triton_shims.enable_triton_gemm()
+        allow_many_programs()
 
 
 class TritonCudaRoute(_TritonRouteBase):
@@ -257,6 +258,7 @@ class TritonCudaRoute(_TritonRouteBase):
             raise RouteFailure("tool_error", "setup", "TRITON_INTERPRET=1 is set; route triton-cuda needs it "
                                "unset (start the worker with TritonCudaRoute.worker_env())")
         triton_shims.enable_triton_gemm()
+        allow_many_programs()
 
     def _copy_back(self, inputs, device_inputs, outputs):
         """Outputs to the host; every input storage (mutated or not) back into the caller's."""
