@@ -43,3 +43,9 @@ def test_each_bucket_raises_its_own_exception_type():
     assert finding_type("crash", "aaa") is finding_type("crash", "aaa")
     assert finding_type("crash", "aaa") is not finding_type("crash", "bbb")
     assert issubclass(finding_type("crash", "aaa"), AssertionError)
+
+
+def test_generated_kernel_names_do_not_split_buckets():
+    a = "RuntimeError: cannot capture kernel triton_poi_fused_gelu_0: not readable"
+    b = "RuntimeError: cannot capture kernel triton_per_fused__softmax_exp_3: not readable"
+    assert normalise(a) == normalise(b)

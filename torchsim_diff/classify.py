@@ -17,6 +17,8 @@ VALUE_KINDS = {Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION,
                Kind.SHAPE_MISMATCH, Kind.DTYPE_MISMATCH, Kind.NONDETERMINISTIC}
 _PATTERNS = [
     (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-+@]+)+/?"), "<path>"),
+    # Inductor's generated kernel names spell out the fused ops: one bug, many names.
+    (re.compile(r"\b(?:triton|cpp|pytorchsim_triton_compiler|triton_npu)_(?:poi|per|red|tem|for|fused)\w*"), "<kernel>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
     (re.compile(r"\b[A-Za-z_][A-Za-z_]*?_?\d+[A-Za-z_\d]*\b"), lambda m: re.sub(r"\d+", "#", m.group(0))),
     (re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "#"),

@@ -96,3 +96,17 @@ def test_reading_another_format_is_refused(tmp_path):
 
 def test_the_captured_run_is_the_one_that_matches_eager(run):
     assert run.matches_eager()
+
+
+def test_kernel_source_is_rebuilt_when_inductor_left_no_file():
+    """On CUDA, kernels loaded from Inductor's caches may have no source file: capture
+    must rebuild the module from the JIT function's text rather than fail the run."""
+    import types
+    from torchsim_diff.kernels.capture import _rebuilt_source
+    src = "def triton_poi_fused_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
+    launch = types.SimpleNamespace(kernel_name="triton_poi_fused_relu_0", jit_fn=types.SimpleNamespace(src=src))
+    text = _rebuilt_source(launch)
+    compile(text, "kernel.py", "exec")
+    assert "@triton.jit\ndef triton_poi_fused_relu_0" in text and "import triton.language as tl" in text
+    missing = _rebuilt_source(types.SimpleNamespace(kernel_name="k", jit_fn=object()))
+    assert "cannot be replayed" in missing

@@ -214,19 +214,41 @@ class LaunchRecorder:
                 "args": args, "buffers": buffer_meta}
 
     def _source(self, launch) -> str:
+        """The kernel's module source: from the wrapper, its file, or rebuilt from the
+        JIT function's own text. Capture is ours: it never fails the route's run."""
         if launch.kernel_name not in self._sources:
             path = launch.source_path
-            if path is None or not os.path.exists(path):
-                raise RuntimeError(f"cannot capture kernel {launch.kernel_name}: it is not in the wrapper's "
-                                   f"sources and its source file {path!r} is not readable")
-            with open(path) as f:
-                self._sources[launch.kernel_name] = f.read()
+            if path is not None and os.path.exists(path):
+                with open(path) as f:
+                    self._sources[launch.kernel_name] = f.read()
+            else:
+                self._sources[launch.kernel_name] = _rebuilt_source(launch)
         return self._sources[launch.kernel_name]
 
     def _write_index(self) -> None:
         with open(os.path.join(self.folder, INDEX_FILE), "w") as f:
             json.dump({"format": FORMAT, "schema": SCHEMA, "executor": self.executor,
                        "launches": list(self.launches)}, f, indent=1)
+
+
+INDUCTOR_KERNEL_IMPORTS = """import triton
+import triton.language as tl
+from torch._inductor.runtime import triton_helpers, triton_heuristics
+from torch._inductor.runtime.triton_helpers import libdevice, math as tl_math
+"""
+
+
+def _rebuilt_source(launch) -> str:
+    """A kernel module from the JIT function's text when Inductor left no source file
+    (seen on CUDA with torch 2.11 when kernels come from its caches)."""
+    text = getattr(launch.jit_fn, "src", None)
+    if not text:
+        return (f"# torchsim-diff: the source of {launch.kernel_name} was not available at capture time;\n"
+                f"# this launch cannot be replayed.\n")
+    decorated = text if text.lstrip().startswith("@") else "@triton.jit\n" + text
+    return ("# torchsim-diff: rebuilt from the JIT function's text (Inductor left no source file);\n"
+            "# the imports below are the ones Inductor puts in front of every kernel.\n"
+            + INDUCTOR_KERNEL_IMPORTS + "\n\n" + decorated)
 
 
 # ---------------------------------------------------------------------------------------
