@@ -104,3 +104,20 @@ def test_ill_conditioned_output_allows_rounding_level_differences():
     assert oracle.judge(case, ref, [nudged], ref.storages)[0] is None
     broken = ref.outputs[0] + 0.1
     assert oracle.judge(case, ref, [broken], ref.storages)[0].kind == Kind.WRONG_VALUES
+
+
+@pytest.mark.parametrize("dtype,numel,expected", [
+    (torch.float32, 100, 2.0), (torch.float16, 100, 3.0), (torch.bfloat16, 100, 3.0),
+    (torch.float32, 1, 4.0), (torch.float16, 10, 6.0),
+])
+def test_margin_by_dtype_and_size(dtype, numel, expected):
+    assert oracle.margin(dtype, numel) == expected
+
+
+def test_a_long_product_two_and_a_half_times_eagers_error_passes_as_a_scalar():
+    truth = torch.tensor([1.59782e36], dtype=torch.float64)
+    eager = (truth * (1 + 1.0e-6)).float()
+    route = (truth * (1 - 4.2e-6)).float()
+    assert isinstance(_compare(route, eager, truth), oracle.ErrorStats)
+    wide = truth.expand(100).clone()
+    assert _compare(route.expand(100).clone(), eager.expand(100).clone(), wide)[0] == Kind.WRONG_VALUES

@@ -190,7 +190,8 @@ def test_embedded_rule_agrees_with_oracle(dtype, add_case, tmp_path):
 
 def test_embedded_constants_come_from_the_oracle(add_case, tmp_path):
     script = _load_script(repro.write_bundle(_record(add_case), str(tmp_path / "b")))
-    assert script.MARGIN == oracle.MARGIN
+    assert script.MARGIN == oracle.MARGIN and script.LOW_PRECISION_MARGIN == oracle.LOW_PRECISION_MARGIN
+    assert (script.FEW_ELEMENTS, script.FEW_ELEMENTS_FACTOR) == (oracle.FEW_ELEMENTS, oracle.FEW_ELEMENTS_FACTOR)
     assert {layout.dtype_of(k): tuple(v) for k, v in script.TOLERANCES.items()} == oracle.TOLERANCES
     assert {layout.dtype_of(k): v for k, v in script.MANTISSA_BITS.items()} == oracle.MANTISSA_BITS
 

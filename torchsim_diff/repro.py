@@ -155,6 +155,9 @@ def render_script(record: dict, case: Case, blob: bytes) -> str:
         "INPUT_DATA": base64.b64encode(blob).decode("ascii") if len(blob) <= EMBED_LIMIT_BYTES else None,
         "TOLERANCES": {layout.dtype_name(d): list(tol) for d, tol in oracle.TOLERANCES.items()},
         "MARGIN": oracle.MARGIN,
+        "LOW_PRECISION_MARGIN": oracle.LOW_PRECISION_MARGIN,
+        "FEW_ELEMENTS": oracle.FEW_ELEMENTS,
+        "FEW_ELEMENTS_FACTOR": oracle.FEW_ELEMENTS_FACTOR,
         "MANTISSA_BITS": {layout.dtype_name(d): bits for d, bits in oracle.MANTISSA_BITS.items()},
     }
     assignments = "\n".join(f"{name} = {_literal(value)}" for name, value in constants.items())
@@ -342,7 +345,9 @@ def compare(where, got, want, truth, sens):
     eager_err = torch.where(finite, (e - t).abs(), torch.zeros_like(t))
     eager_max = float(eager_err.max()) if eager_err.numel() else 0.0
     sens_max = float(sens.max()) if sens.numel() else 0.0
-    allowed = atol + rtol * t.abs().nan_to_num(0.0) + MARGIN * (torch.clamp(eager_err, min=eager_max) + sens_max)
+    margin = (LOW_PRECISION_MARGIN if got.dtype in (torch.float16, torch.bfloat16) else MARGIN) * (
+        FEW_ELEMENTS_FACTOR if t.numel() <= FEW_ELEMENTS else 1.0)
+    allowed = atol + rtol * t.abs().nan_to_num(0.0) + margin * (torch.clamp(eager_err, min=eager_max) + sens_max)
     wrong = finite & (err > allowed)
     print(f"  {where}: {figures(err, eager_err, t, got.dtype, atol)}")
     return describe(where, "values differ", wrong, g, t, err, allowed, e) if wrong.any() else []
