@@ -121,3 +121,16 @@ def test_a_long_product_two_and_a_half_times_eagers_error_passes_as_a_scalar():
     assert isinstance(_compare(route, eager, truth), oracle.ErrorStats)
     wide = truth.expand(100).clone()
     assert _compare(route.expand(100).clone(), eager.expand(100).clone(), wide)[0] == Kind.WRONG_VALUES
+
+
+def test_needed_tolerances_are_the_smallest_that_pass_allclose():
+    truth = torch.tensor([1.0, 100.0], dtype=torch.float64)
+    eager = truth.float()
+    route = torch.tensor([1.0 + 8e-6, 100.0 + 1e-4], dtype=torch.float32)
+    stats = _compare(route, eager, truth)
+    rtol, atol = oracle.TOLERANCES[torch.float32]
+    err = (route.double() - truth).abs()
+    assert stats.atol_needed == pytest.approx(float((err - rtol * truth).max()))
+    assert stats.rtol_needed == pytest.approx(float(((err - atol) / truth).max()))
+    assert torch.allclose(route.double(), truth, rtol=rtol, atol=stats.atol_needed * 1.0001)
+    assert not torch.allclose(route.double(), truth, rtol=rtol, atol=stats.atol_needed * 0.9)

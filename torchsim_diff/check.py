@@ -87,6 +87,7 @@ class Verdict:
             "dtypes": case.dtypes, "layouts": case.layouts, "n_nodes": len(case.nodes),
             "max_abs_err": s.max_abs_err, "max_rel_err": s.max_rel_err, "max_ulp": s.max_ulp,
             "err_ratio": oracle.finite_or_none(s.err_ratio),
+            "atol_needed": oracle.finite_or_none(s.atol_needed), "rtol_needed": oracle.finite_or_none(s.rtol_needed),
             "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),
             "t_case": self.t_case, "t_harness": self.t_harness, "cost": self.metrics.get("cost"),
             "divergent_kernel": self.metrics.get("divergent_kernel"),

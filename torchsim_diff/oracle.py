@@ -54,6 +54,8 @@ class ErrorStats:
     max_rel_err: float = 0.0
     max_ulp: float = 0.0
     eager_abs_err: float = 0.0
+    atol_needed: float = 0.0     # smallest atol passing allclose(route, truth) at the dtype's rtol
+    rtol_needed: float = 0.0     # smallest rtol passing it at the dtype's atol
 
     @property
     def err_ratio(self) -> float | None:
@@ -68,6 +70,8 @@ class ErrorStats:
         self.max_rel_err = max(self.max_rel_err, other.max_rel_err)
         self.max_ulp = max(self.max_ulp, other.max_ulp)
         self.eager_abs_err = max(self.eager_abs_err, other.eager_abs_err)
+        self.atol_needed = max(self.atol_needed, other.atol_needed)
+        self.rtol_needed = max(self.rtol_needed, other.rtol_needed)
 
 
 @dataclasses.dataclass
@@ -208,7 +212,7 @@ def compare_values(got, want, truth, where: str = "tensor", sensitivity=None):
     wrong = finite & (err > allowed)
     if wrong.any():
         return Kind.WRONG_VALUES, _mismatch_message(where, wrong, g, t, "values differ", err, allowed)
-    return _stats(err, eager_err, t, got.dtype, atol)
+    return _stats(err, eager_err, t, got.dtype, (rtol, atol))
 
 
 def margin(dtype: torch.dtype, numel: int) -> float:
@@ -232,13 +236,17 @@ def _same_class(a, b):
     return both_finite | both_nan | same_inf
 
 
-def _stats(err, eager_err, t, dtype, atol) -> ErrorStats:
+def _stats(err, eager_err, t, dtype, tolerance) -> ErrorStats:
     if err.numel() == 0:
         return ErrorStats()
+    rtol, atol = tolerance
     magnitude = t.abs().nan_to_num(0.0)
     rel = torch.where(magnitude > atol, err / magnitude.clamp(min=atol), torch.zeros_like(err))
+    atol_needed = (err - rtol * magnitude).clamp(min=0.0)
+    rtol_needed = torch.where(magnitude > 0, (err - atol).clamp(min=0.0) / magnitude.clamp(min=1e-300),
+                              torch.where(err > atol, torch.full_like(err, math.inf), torch.zeros_like(err)))
     return ErrorStats(float(err.max()), float(rel.max()), float((err / ulp(t, dtype)).max()),
-                      float(eager_err.max()))
+                      float(eager_err.max()), float(atol_needed.max()), float(rtol_needed.max()))
 
 
 def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -46,6 +46,13 @@ def _fmt_rate(count: int, seconds: float):
     return round(count / seconds, 2) if seconds > 0 else None
 
 
+def _worst(recs, field: str, fallback: str):
+    """Largest value of `field` (records written before it existed use `fallback`)."""
+    values = [r.get(field, r.get(fallback)) for r in recs]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
 def summary_rows(records) -> list:
     """Per route: case counts by status, buckets, speed and the harness share of time."""
     by_route = defaultdict(list)
@@ -76,9 +83,9 @@ def _percentile(values: list, q: float):
 def tolerance_rows(records) -> list:
     """Per route x op x dtype: the error seen and the tolerance it implies.
 
-    A case counts towards every op it contains; `atol needed` / `rtol needed` are the
-    smallest tolerances under which every passing and value-failing case would pass
-    a plain allclose against the float64 truth.
+    A case counts towards every op it contains; `atol needed` (at the dtype's default
+    rtol) and `rtol needed` (at its default atol) are the smallest tolerances under which
+    every passing and value-failing case would pass torch.allclose against float64.
     """
     groups = defaultdict(list)
     for r in records:
@@ -96,8 +103,8 @@ def tolerance_rows(records) -> list:
             "max rel err": max((r.get("max_rel_err") or 0.0) for r in recs),
             "max ulp": max((r.get("max_ulp") or 0.0) for r in recs),
             "p99 err/eager": _percentile([r.get("err_ratio") for r in recs], 0.99),
-            "atol needed": max((r.get("max_abs_err") or 0.0) for r in recs),
-            "rtol needed": max((r.get("max_rel_err") or 0.0) for r in recs),
+            "atol needed (default rtol)": _worst(recs, "atol_needed", "max_abs_err"),
+            "rtol needed (default atol)": _worst(recs, "rtol_needed", "max_rel_err"),
         })
     return rows
 
