@@ -159,3 +159,12 @@ def test_dropping_a_whole_input_write_rewires_its_readers_to_the_input():
     dropped = [reduce._tidy(c) for c in reduce._drop_nodes(case)]
     assert [n["op"] for n in dropped[0].nodes] == ["relu"]
     assert dropped[0].nodes[0]["args"] == ["x0"] and len(dropped[0].inputs) == 1
+
+
+def test_value_simplification_leaves_aliasing_inputs_alone():
+    from tests.conftest import make_case
+    from torchsim_diff import reduce
+    case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
+                     inputs=[("x0", [3, 4], [0, 1], 0, 4, {"classes": ["broadcast"]})], outputs=["v0"], seed=5)
+    candidates = list(reduce._simplify_values(case))      # used to raise on the stride-0 view
+    assert all("data" not in c.inputs[0] for c in candidates)
