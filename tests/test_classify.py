@@ -4,6 +4,10 @@ import pytest
 from torchsim_diff.classify import bucket_of, finding_type, normalise, signature
 
 SAME_BUG = [
+    ("torch-mlir import failed: failed to legalize operation 'torch.constant.bool': "
+     "%0 = \"torch.constant.bool\"() <{value = false}> : () -> !torch.bool",
+     "torch-mlir import failed: failed to legalize operation 'torch.constant.bool': "
+     "%0 = \"torch.constant.bool\"() <{value = true}> : () -> !torch.bool"),
     ("LoweringException: cannot lower exp at buf3 for size [3, 5]",
      "LoweringException: cannot lower exp at buf12 for size [129, 7, 2]"),
     ("InductorError: CppCompileError: C++ compile error in /tmp/torchinductor_root/ab/cabc123.cpp line 42",

@@ -20,6 +20,8 @@ _PATTERNS = [
     # Inductor's generated kernel names spell out the fused ops: one bug, many names.
     (re.compile(r"\b(?:triton|cpp|pytorchsim_triton_compiler|triton_npu)_(?:poi|per|red|tem|for|fused)\w*"), "<kernel>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    # MLIR attribute dictionaries carry the op's operand values (keepdim = true/false, ...).
+    (re.compile(r"<\{[^{}]*\}>"), "<attrs>"),
     (re.compile(r"\b[A-Za-z_][A-Za-z_]*?_?\d+[A-Za-z_\d]*\b"), lambda m: re.sub(r"\d+", "#", m.group(0))),
     (re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "#"),
     (re.compile(r"\[[#, ]*\]|\([#, ]*\)"), "<dims>"),

@@ -129,7 +129,7 @@ def _route_options(args) -> dict:
 def cmd_replay(args) -> int:
     """Replay case files and corpus entries; exit 1 when one does not behave as expected."""
     from torchsim_diff.check import Checker
-    from torchsim_diff.corpus import iter_entries
+    from torchsim_diff.corpus import KNOWN, iter_entries, known_buckets
     from torchsim_diff.replay import replay_entry, routes_for
     from torchsim_diff.report import render
     import tempfile
@@ -148,6 +148,7 @@ def cmd_replay(args) -> int:
             entries.append(entry)
     if not entries:
         return EXIT_USAGE if corrupt else EXIT_CLEAN
+    known = {e.bucket for e in entries if e.kind == KNOWN} | known_buckets(os.path.join("corpora", "known"))
     rows, ok = [], True
     out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-replay-")
     with Checker(out_dir=out_dir, timeout_s=args.timeout) as checker:
@@ -158,7 +159,7 @@ def cmd_replay(args) -> int:
                     rows.append({"entry": entry.name, "route": route, "expected": "-",
                                  "got": "skipped (route unavailable)", "ok": "-"})
                     continue
-                outcome = replay_entry(checker, entry, route)
+                outcome = replay_entry(checker, entry, route, known)
                 rows.append(outcome.row())
                 ok &= outcome.ok
     print(render(rows, args.format))
