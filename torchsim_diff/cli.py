@@ -344,6 +344,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("torchsim-diff: interrupted\n")
         return 130
+    except BrokenPipeError:                  # output piped into `head` and the like
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLEAN
 
 
 if __name__ == "__main__":
