@@ -45,3 +45,13 @@ def assert_same_as_eager(outputs, route_inputs, eager_outputs, eager_inputs, exa
             torch.testing.assert_close(got, want)
     for got, want in zip(route_inputs, eager_inputs):  # whole storages: guards and mutations
         assert torch.equal(layout.storage_of(got), layout.storage_of(want))
+
+
+def permute_add(x0, x1):
+    """An output whose layout differs from its inputs'."""
+    return (x0.permute(2, 0, 1) + x1,)
+
+
+def two_layouts(x0):
+    """Two outputs: one transposed, one in the input's own layout."""
+    return (x0.t() * 2.0, x0 + 1.0)

@@ -12,30 +12,14 @@ import torch
 from torchsim_diff import layout
 from torchsim_diff.kinds import Kind
 from torchsim_diff.routes import make_route
-from tests.routes.helpers import assert_same_as_eager, case_of, run_route, spec
+from tests.routes.helpers import assert_same_as_eager, case_of, permute_add, run_route, spec
+
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
 
 ROUTE = make_route("mlir")
 AVAILABLE, REASON = ROUTE.available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=REASON)
 
-
-def permute_add(x0, x1):
-    return (x0.permute(2, 0, 1) + x1,)
-
-
-def two_layouts(x0):
-    return (x0.t() * 2.0, x0 + 1.0)
-
-
-@pytest.mark.parametrize("program, inputs", [
-    (permute_add, [spec("x0", [2, 3, 4]), spec("x1", [2, 3])]),
-    (permute_add, [spec("x0", [2, 3, 4], strides=[1, 2, 6], extra=3), spec("x1", [2, 3], strides=[1, 2])]),
-    (two_layouts, [spec("x0", [3, 5], strides=[1, 3], offset=2, extra=4)]),
-], ids=["permute-contiguous", "permute-strided-inputs", "transpose-and-same-layout-outputs"])
-def test_calling_convention_matches_eager_element_by_element(program, inputs, tmp_path):
-    for run in run_route(ROUTE, program, case_of(*inputs), tmp_path, seeds=(7, 8)):
-        assert_same_as_eager(*run[:4])
 
 
 def add_into_second(x0, x1):
