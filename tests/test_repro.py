@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from tests.conftest import REPO, make_case
+from tests.conftest import REPO
 from torchsim_diff import layout, oracle, repro
 from torchsim_diff.check import Checker
 from torchsim_diff.corpus import read_entry

@@ -21,7 +21,6 @@ from torchsim_diff.routes import route_class
 from torchsim_diff.worker import protocol
 from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
-
 LOCALISED_KINDS = (Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION)
 
 

@@ -34,10 +34,11 @@ def _default_out() -> str:
 # -- routes / ops -----------------------------------------------------------------------
 def cmd_routes(args) -> int:
     """List every route with its availability and reason, probed in its own worker."""
+    import tempfile
+
     from torchsim_diff.check import Checker
     from torchsim_diff.report import render
     from torchsim_diff.routes import route_class, route_names
-    import tempfile
     names = _split(args.routes) or route_names()
     for name in names:
         _route_or_usage(name)
@@ -128,11 +129,12 @@ def _route_options(args) -> dict:
 # -- replay ---------------------------------------------------------------------------
 def cmd_replay(args) -> int:
     """Replay case files and corpus entries; exit 1 when one does not behave as expected."""
+    import tempfile
+
     from torchsim_diff.check import Checker
     from torchsim_diff.corpus import KNOWN, iter_entries, known_buckets
     from torchsim_diff.replay import replay_entry, routes_for
     from torchsim_diff.report import render
-    import tempfile
     routes = _split(args.routes)
     for name in routes:
         _route_or_usage(name)
@@ -171,9 +173,10 @@ def cmd_replay(args) -> int:
 # -- reduce ---------------------------------------------------------------------------
 def cmd_reduce(args) -> int:
     """Shrink a failing case (case file or corpus entry) on one route; write and print the result."""
+    import tempfile
+
     from torchsim_diff.corpus import CorruptEntry, read_entry
     from torchsim_diff.reduce import ReduceError, reduce_case
-    import tempfile
     _route_or_usage(args.route)
     try:
         entry = read_entry(args.case)

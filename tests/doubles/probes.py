@@ -35,6 +35,7 @@ PROBES = {
 
 def run_probes(route, artifact_root=None) -> dict:
     import os
+
     from torchsim_diff.routes.base import Unsupported
     results = {}
     for name, (source, inputs) in sorted(PROBES.items()):

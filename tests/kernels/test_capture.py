@@ -3,10 +3,14 @@ import json
 import os
 
 import pytest
-
 from doubles.cases import CaseRun, interpreter_route, make_case, tensor_spec
+
 from torchsim_diff import layout
-from torchsim_diff.kernels.capture import CapturedLaunch, CaptureFormatError, launch_folders
+from torchsim_diff.kernels.capture import (
+    CapturedLaunch,
+    CaptureFormatError,
+    launch_folders,
+)
 
 # x0: transposed view with an offset; x1: mutated in place (an inout buffer).
 SOURCE = "import torch\ndef program(x0, x1):\n    x1.add_(x0.t())\n    return (x1.exp().sum(0),)\n"
@@ -102,6 +106,7 @@ def test_kernel_source_is_rebuilt_when_inductor_left_no_file():
     """On CUDA, kernels loaded from Inductor's caches may have no source file: capture
     must rebuild the module from the JIT function's text rather than fail the run."""
     import types
+
     from torchsim_diff.kernels.capture import _rebuilt_source
     src = "def triton_poi_fused_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
     launch = types.SimpleNamespace(kernel_name="triton_poi_fused_relu_0", jit_fn=types.SimpleNamespace(src=src))

@@ -5,9 +5,9 @@ import json
 import os
 
 import pytest
-
 from doubles.cases import CaseRun, interpreter_route, make_case, tensor_spec
 from doubles.launchers import StridedAsContiguous, SwappedGrid, ZeroSeededOutputs
+
 from torchsim_diff.kernels.localise import first_divergent_kernel
 
 # Each program runs a full reduction first (grid 1x1x1, untouched by every double), then

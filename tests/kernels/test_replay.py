@@ -4,8 +4,8 @@ import os
 import shutil
 
 import pytest
-
 from doubles.cases import CaseRun, interpreter_route, make_case, tensor_spec
+
 from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders
 from torchsim_diff.kernels.replay import replay_artifact, replay_launch
 

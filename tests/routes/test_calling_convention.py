@@ -5,7 +5,14 @@ the wrong buffer and returned 24/24 wrong elements without an error; this catche
 """
 import pytest
 
-from tests.routes.helpers import assert_same_as_eager, case_of, permute_add, run_route, spec, two_layouts
+from tests.routes.helpers import (
+    assert_same_as_eager,
+    case_of,
+    permute_add,
+    run_route,
+    spec,
+    two_layouts,
+)
 from torchsim_diff.routes import make_route
 
 ROUTES = ["mlir", "spike"]

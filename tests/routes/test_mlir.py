@@ -9,11 +9,16 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.routes.helpers import (
+    assert_same_as_eager,
+    case_of,
+    permute_add,
+    run_route,
+    spec,
+)
 from torchsim_diff import layout
 from torchsim_diff.kinds import Kind
 from torchsim_diff.routes import make_route
-from tests.routes.helpers import assert_same_as_eager, case_of, permute_add, run_route, spec
-
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
 
 ROUTE = make_route("mlir")

@@ -10,11 +10,16 @@ import os
 import pytest
 import torch
 
+from tests.routes.helpers import (
+    assert_same_as_eager,
+    case_of,
+    permute_add,
+    run_route,
+    spec,
+)
 from torchsim_diff import layout
 from torchsim_diff.kinds import Kind
 from torchsim_diff.routes import make_route
-from tests.routes.helpers import assert_same_as_eager, case_of, permute_add, run_route, spec
-
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
 from torchsim_diff.routes.spike import SpikeOptions, SpikeRun, classify_run
 
@@ -196,8 +201,10 @@ def test_llvm_ir_from_newer_llvm_keeps_every_float_constant_for_llvm19(tmp_path)
     import re
     import shutil
     import subprocess
+
     import torch_mlir.ir as ir
     from torch_mlir._mlir_libs._mlirDialectsLLVM import translate_module_to_llvmir
+
     from torchsim_diff.routes.spike import downgrade_llvm_ir
     if not (shutil.which("llvm-as-19") and shutil.which("llvm-dis-19")):
         pytest.skip("llvm-as-19/llvm-dis-19 not found (Debian package llvm-19)")

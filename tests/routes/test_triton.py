@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from doubles.cases import CaseRun, interpreter_route, make_case, tensor_spec  # noqa: E402
 from doubles.probes import PROBES  # noqa: E402
+
 from torchsim_diff.routes import make_route  # noqa: E402
 from torchsim_diff.routes.base import Unsupported  # noqa: E402
 from torchsim_diff.routes.triton import fallback_calls  # noqa: E402

@@ -189,6 +189,7 @@ def test_c2_reproducer_uses_their_compiler_command(dump, tmp_path):
 def test_case_artifacts_export_the_diverging_kernel(dump, tmp_path):
     """As the route leaves a case: workdir copies in pytorchsim/, the capture in kernels/."""
     import shutil
+
     from torchsim_diff.torchsim.artifacts import WORKDIR_COPIES
     folder, workdirs = dump
     case = tmp_path / "case"

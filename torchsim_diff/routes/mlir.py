@@ -18,6 +18,7 @@ from torchsim_diff.kinds import Kind
 from torchsim_diff.routes import mlir_lowering as lowering
 from torchsim_diff.routes.base import Compiled, Route, RouteFailure
 
+
 @functools.lru_cache(maxsize=None)
 def _descriptor_type(rank: int):
     fields = [("allocated", ctypes.c_void_p), ("aligned", ctypes.c_void_p), ("offset", ctypes.c_int64)]

@@ -27,8 +27,23 @@ import traceback
 import weakref
 
 from torchsim_diff.kinds import Kind
-from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported, allow_many_programs
-from torchsim_diff.torchsim import artifacts, capture, classify, config, generation, probe, timeouts, workdir
+from torchsim_diff.routes.base import (
+    Compiled,
+    Route,
+    RouteFailure,
+    Unsupported,
+    allow_many_programs,
+)
+from torchsim_diff.torchsim import (
+    artifacts,
+    capture,
+    classify,
+    config,
+    generation,
+    probe,
+    timeouts,
+    workdir,
+)
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LIMIT_OPTIONS = {"spike": "spike_timeout_s", "gem5": "gem5_timeout_s",
@@ -156,6 +171,7 @@ class TorchSimProgram(Compiled):
 
     def _run(self, inputs):
         import torch
+
         from torchsim_diff.torchsim import device
         if self.compiled is None:
             _fresh_compiler_state()

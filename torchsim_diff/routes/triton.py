@@ -29,7 +29,13 @@ import os
 import re
 import time
 
-from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported, allow_many_programs
+from torchsim_diff.routes.base import (
+    Compiled,
+    Route,
+    RouteFailure,
+    Unsupported,
+    allow_many_programs,
+)
 
 # Calls in Inductor's generated wrapper that run an op outside Triton.
 _FALLBACK_CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\s*\(")
@@ -120,6 +126,7 @@ class _TritonRouteBase(Route):
         even when this run fails, so a compile-stage failure keeps its kernels.
         """
         import torch
+
         from torchsim_diff.kernels.capture import InductorLauncher, LaunchRecorder
         from torchsim_diff.routes import triton_shims
         inputs = [self._to_device(x) for x in example_inputs]

@@ -63,6 +63,7 @@ _STATE = _State()
 def installed_versions() -> dict:
     """{"torch": version, "triton": version or None} without importing triton's runtime."""
     from importlib import metadata
+
     import torch
     try:
         triton_version = metadata.version("triton")
@@ -237,6 +238,7 @@ class _NoRestore:
 
 def _patch_lang_once_per_kernel():
     import inspect
+
     import triton.language as tl
     from triton.runtime import interpreter
     original_patch, grid_call = interpreter._patch_lang, interpreter.GridExecutor.__call__
