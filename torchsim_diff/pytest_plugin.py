@@ -111,9 +111,12 @@ class FuzzSession:
         self._verdicts: dict = {}
 
     def _choose_seed(self, given_seed):
+        """--fuzz-seed, else 0 for profiles without an example database (ci: derandomized),
+        else a fresh one (printed in the header, so a run can be repeated)."""
         if given_seed is not None:
             return given_seed
-        profile = settings.default
+        name = self.config.getoption("hypothesis_profile", default=None)
+        profile = settings.get_profile(name) if name else settings.default
         return 0 if profile.database is None else random.randrange(2**31)
 
     # -- used by fuzz tests ------------------------------------------------------------
