@@ -26,26 +26,6 @@ AVAILABLE, REASON = ROUTE.available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=REASON)
 
 
-
-def add_into_second(x0, x1):
-    x1.add_(x0.t())
-    return (x1 * 2.0,)
-
-
-def scale_rows_in_place(x0):
-    x0[1:3].mul_(2.0)
-    return ()
-
-
-@pytest.mark.parametrize("program, inputs", [
-    (add_into_second, [spec("x0", [3, 4]), spec("x1", [4, 3], strides=[1, 4], offset=1, extra=2)]),
-    (scale_rows_in_place, [spec("x0", [5, 3], strides=[6, 2], offset=1, extra=1)]),
-], ids=["mutated-transposed-input", "mutated-slice-of-strided-input"])
-def test_mutated_inputs_are_written_back(program, inputs, tmp_path):
-    for run in run_route(ROUTE, program, case_of(*inputs), tmp_path):
-        assert_same_as_eager(*run[:4])
-
-
 @pytest.mark.parametrize("dtype", ["float64", "float16", "bfloat16", "int64", "int32"])
 def test_other_dtypes_match_eager(dtype, tmp_path):
     def program(x0, x1):
