@@ -67,28 +67,38 @@ class ZeroSeededInoutRoute(Route):
         return _Zeroing()
 
 
-class SegfaultRoute(Route):
+class _OddSeedFault(Route):
+    """Runs eager, except that compiling a case with an odd seed triggers `fault()`.
+
+    Not cacheable: the fault depends on the values' seed, not on the graph."""
+
+    cacheable = False
+
+    def fault(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def compile(self, program, example_inputs, ctx):
+        if _odd_seed(ctx):
+            self.fault()
+        return _Eager(program)
+
+
+class SegfaultRoute(_OddSeedFault):
     """Segfaults on cases with an odd seed, runs eager on the others."""
 
     name = "double-segfault"
-    cacheable = False
 
-    def compile(self, program, example_inputs, ctx):
-        if _odd_seed(ctx):
-            ctypes.string_at(0)
-        return _Eager(program)
+    def fault(self):
+        ctypes.string_at(0)
 
 
-class HangRoute(Route):
+class HangRoute(_OddSeedFault):
     """Hangs on cases with an odd seed, runs eager on the others."""
 
     name = "double-hang"
-    cacheable = False
 
-    def compile(self, program, example_inputs, ctx):
-        if _odd_seed(ctx):
-            time.sleep(3600)
-        return _Eager(program)
+    def fault(self):
+        time.sleep(3600)
 
 
 class RaisingRoute(Route):
