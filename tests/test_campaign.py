@@ -87,3 +87,11 @@ def test_reduce_command_shrinks_and_refuses_a_passing_case(tmp_path, double_rout
                  "--output", str(output)]) == 0
     from torchsim_diff.graph import Case
     assert len(Case.from_json(output.read_text()).nodes) <= 3
+
+
+def test_unavailable_route_gets_skipped_records_with_every_field(tmp_path, double_routes):
+    result = run_campaign(CampaignOptions(routes=["eager", "double-unavailable"], out_dir=str(tmp_path), max_examples=2))
+    skipped = [r for r in result.records if r["route"] == "double-unavailable"]
+    ran = [r for r in result.records if r["route"] == "eager"]
+    assert len(skipped) == 2 and all(r["status"] == "skipped" and "DOUBLE_HOME" in r["message"] for r in skipped)
+    assert set(skipped[0]) == set(ran[0])

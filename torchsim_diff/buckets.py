@@ -10,6 +10,7 @@ import os
 import time
 
 from torchsim_diff.corpus import write_atomic
+from torchsim_diff.graph import case_size
 
 DEFAULT_PATH = os.path.join("reports", "buckets.json")
 
@@ -31,7 +32,7 @@ class BucketStore:
         bucket = record.get("bucket")
         if not bucket:
             return False
-        size = _size(record["case"])
+        size = case_size(record["case"])
         entry = self.buckets.get(bucket)
         is_new = entry is None
         if is_new:
@@ -61,16 +62,6 @@ def smallest_per_bucket(records) -> dict:
     for record in records:
         bucket = record.get("bucket")
         if bucket and record.get("status") == "fail":
-            if bucket not in best or _size(record["case"]) < _size(best[bucket]["case"]):
+            if bucket not in best or case_size(record["case"]) < case_size(best[bucket]["case"]):
                 best[bucket] = record
     return best
-
-
-def _size(case: dict) -> tuple:
-    elements = 0
-    for spec in case["inputs"]:
-        n = 1
-        for s in spec["shape"]:
-            n *= s
-        elements += n
-    return len(case["nodes"]), len(case["inputs"]), elements

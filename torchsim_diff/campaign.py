@@ -15,7 +15,7 @@ import time
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from torchsim_diff.buckets import BucketStore, smallest_per_bucket
-from torchsim_diff.check import Checker
+from torchsim_diff.check import Checker, Verdict
 from torchsim_diff.kinds import Status
 from torchsim_diff.results import ResultsWriter
 from torchsim_diff.routes import route_class
@@ -108,8 +108,11 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 return
             seen.add(case.case_id)
             for route in opts.routes:
-                verdict = checker.check(case, route) if route in available else None
-                record = verdict.record() if verdict else _skipped(case, route, result.unavailable[route])
+                if route in available:
+                    verdict = checker.check(case, route)
+                else:
+                    verdict = Verdict(case, route, Status.SKIPPED, message=result.unavailable[route])
+                record = verdict.record()
                 writer.write(record)
                 result.records.append(record)
                 if store is not None and record["status"] == Status.FAIL.value and store.add(record):
@@ -159,10 +162,3 @@ def _available_routes(checker: Checker, routes, result: CampaignResult) -> set:
             result.unavailable[route] = reason
             sys.stderr.write(f"route {route} unavailable, its records are 'skipped': {reason}\n")
     return available
-
-
-def _skipped(case, route: str, reason: str) -> dict:
-    return {"case_id": case.case_id, "seed": case.values.get("seed"), "graph_hash": case.graph_hash,
-            "route": route, "status": Status.SKIPPED.value, "kind": None, "stage": None, "bucket": None,
-            "op": None, "ops": case.ops, "dtypes": case.dtypes, "layouts": case.layouts,
-            "n_nodes": len(case.nodes), "message": reason, "case": case.to_dict()}

@@ -94,13 +94,7 @@ class Case:
 
     def size(self) -> tuple:
         """(nodes, inputs, total input elements): what the reducer makes smaller."""
-        elements = 0
-        for i in self.inputs:
-            n = 1
-            for s in i["shape"]:
-                n *= s
-            elements += n
-        return len(self.nodes), len(self.inputs), elements
+        return case_size({"inputs": self.inputs, "nodes": self.nodes})
 
     # -- code ----------------------------------------------------------------------
     def program_source(self) -> str:
@@ -113,6 +107,17 @@ class Case:
         outs = ", ".join(self.outputs)
         lines.append(f"    return ({outs}{',' if len(self.outputs) == 1 else ''})")
         return "\n".join(lines) + "\n"
+
+
+def case_size(data: dict) -> tuple:
+    """(nodes, inputs, total input elements) of a case dict, without validating it."""
+    elements = 0
+    for spec in data["inputs"]:
+        n = 1
+        for s in spec["shape"]:
+            n *= s
+        elements += n
+    return len(data["nodes"]), len(data["inputs"]), elements
 
 
 def _digest(obj) -> str:

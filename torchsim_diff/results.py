@@ -5,10 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-FIELDS = ("case_id", "seed", "graph_hash", "route", "status", "kind", "stage", "bucket", "op", "ops",
-          "dtypes", "layouts", "n_nodes", "max_abs_err", "max_rel_err", "max_ulp", "err_ratio",
-          "t_compile", "t_run", "t_case", "t_harness", "cost", "artifacts", "message", "case")
-
 
 class ResultsWriter:
     """Appends records to `path` (created with its folder), one JSON object per line."""
