@@ -84,8 +84,8 @@ class FunctionCompiled(Compiled):
 
 
 def allow_many_programs() -> None:
-    """Lift Dynamo's per-code-object recompile limits for a worker that compiles thousands
-    of different programs: some torch versions compile every program through one shared
+    """Lift Dynamo's per-code-object recompile limits; the worker calls this once, since
+    it compiles thousands of different programs whatever the route: some torch versions compile every program through one shared
     wrapper frame, and hit the limit (FailOnRecompileLimitHit under fullgraph) after 8."""
     import torch._dynamo.config as dynamo_config
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit",

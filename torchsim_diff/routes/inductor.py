@@ -1,7 +1,7 @@
 """Route `inductor`: torch.compile with Inductor's C++ backend on CPU."""
 from __future__ import annotations
 
-from torchsim_diff.routes.base import Compiled, Route, allow_many_programs
+from torchsim_diff.routes.base import FunctionCompiled, Route
 
 
 class InductorRoute(Route):
@@ -16,22 +16,13 @@ class InductorRoute(Route):
     def setup(self):
         import torch
         torch.set_num_threads(1)
-        allow_many_programs()
 
     def compile(self, program, example_inputs, ctx):
         import torch
         compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)
         compiled(*example_inputs)   # torch.compile is lazy: compile errors surface here
-        return _Callable(compiled)
+        return FunctionCompiled(compiled)
 
     def versions(self):
         import torch
         return {"torch": torch.__version__}
-
-
-class _Callable(Compiled):
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, inputs, ctx):
-        return self.fn(*inputs)

@@ -32,7 +32,6 @@ from torchsim_diff.routes.base import (
     Route,
     RouteFailure,
     Unsupported,
-    allow_many_programs,
 )
 from torchsim_diff.torchsim import (
     artifacts,
@@ -109,7 +108,6 @@ class TorchSimRoute(Route):
         self.machine_config = config.write_machine_config(
             base, os.path.join(self.work_root, "machine.yml"), timing=self.timing)
         os.environ["TOGSIM_CONFIG"] = self.machine_config   # before PyTorchSim reads it
-        allow_many_programs()
         self.device = device.open_device(self.generation.name, self.torchsim_dir)
 
     def compile(self, program, example_inputs, ctx):

@@ -34,7 +34,6 @@ from torchsim_diff.routes.base import (
     Route,
     RouteFailure,
     Unsupported,
-    allow_many_programs,
 )
 
 # Calls in Inductor's generated wrapper that run an op outside Triton.
@@ -232,7 +231,6 @@ class TritonInterpreterRoute(_TritonRouteBase):
         os.environ["TRITON_INTERPRET"] = "1"
         triton_shims.install_interpreter_shims()
         triton_shims.enable_triton_gemm()
-        allow_many_programs()
 
 
 class TritonCudaRoute(_TritonRouteBase):
@@ -265,7 +263,6 @@ class TritonCudaRoute(_TritonRouteBase):
             raise RouteFailure("tool_error", "setup", "TRITON_INTERPRET=1 is set; route triton-cuda needs it "
                                "unset (start the worker with TritonCudaRoute.worker_env())")
         triton_shims.enable_triton_gemm()
-        allow_many_programs()
 
     def _copy_back(self, inputs, device_inputs, outputs):
         """Outputs to the host; every input storage (mutated or not) back into the caller's."""

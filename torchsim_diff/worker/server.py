@@ -67,8 +67,9 @@ class WorkerServer:
 
     def _compile_and_run(self, source: str, case: dict, ctx, repeat: int = 1) -> dict:
         from torchsim_diff import layout
-        from torchsim_diff.routes.base import RouteFailure
+        from torchsim_diff.routes.base import RouteFailure, allow_many_programs
         if not self.ready:
+            allow_many_programs()
             self.route.setup()
             self.ready = True
         stage, t0 = "compile", time.perf_counter()
