@@ -10,7 +10,6 @@ import json
 import os
 import selectors
 import signal
-import struct
 import subprocess
 import tempfile
 import time
@@ -125,11 +124,9 @@ class RouteWorker:
 
     def _receive(self, timeout_s: float, log_mark: int) -> dict:
         deadline = time.monotonic() + timeout_s
-        header = self._read(protocol._HEADER.size, deadline, log_mark, timeout_s)
-        (length,) = struct.unpack("<Q", header)
-        blob = self._read(length, deadline, log_mark, timeout_s)
-        import pickle
-        return pickle.loads(blob)
+        header = self._read(protocol.HEADER.size, deadline, log_mark, timeout_s)
+        blob = self._read(protocol.body_length(header), deadline, log_mark, timeout_s)
+        return protocol.decode(blob)
 
     def _read(self, n: int, deadline: float, log_mark: int, timeout_s: float) -> bytes:
         fd = self.proc.stdout.fileno()

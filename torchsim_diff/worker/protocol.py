@@ -14,7 +14,7 @@ import torch
 
 from torchsim_diff.layout import dtype_name, dtype_of, storage_of
 
-_HEADER = struct.Struct("<Q")
+HEADER = struct.Struct("<Q")
 PICKLE_PROTOCOL = 4
 
 
@@ -28,21 +28,29 @@ class Request(str, enum.Enum):
 
 def send(stream, message: dict) -> None:
     blob = pickle.dumps(message, protocol=PICKLE_PROTOCOL)
-    stream.write(_HEADER.pack(len(blob)))
+    stream.write(HEADER.pack(len(blob)))
     stream.write(blob)
     stream.flush()
 
 
+def body_length(header: bytes) -> int:
+    """Length of the message that follows a HEADER.size-byte header."""
+    return HEADER.unpack(header)[0]
+
+
+def decode(blob: bytes) -> dict:
+    return pickle.loads(blob)
+
+
 def recv(stream) -> dict | None:
     """Next message, or None at end of stream (the peer is gone)."""
-    header = _read_exact(stream, _HEADER.size)
+    header = _read_exact(stream, HEADER.size)
     if header is None:
         return None
-    (length,) = _HEADER.unpack(header)
-    blob = _read_exact(stream, length)
+    blob = _read_exact(stream, body_length(header))
     if blob is None:
         return None
-    return pickle.loads(blob)
+    return decode(blob)
 
 
 def _read_exact(stream, n: int):
