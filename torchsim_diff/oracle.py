@@ -107,8 +107,9 @@ def reference(case, program) -> Reference:
     """Run `program` eagerly in the case dtype and in float64. Exceptions propagate:
     eager rejecting a case means the case is invalid (a generator bug)."""
     data = case.to_dict()
-    initial = [layout.storage_of(t).clone() for t in layout.materialize_all(data)]
-    outputs, storages = run_program(program, layout.materialize_all(data))
+    inputs = layout.materialize_all(data)
+    initial = [layout.storage_of(t).clone() for t in inputs]
+    outputs, storages = run_program(program, inputs)
     covered = [layout.covered_mask(i["shape"], i["layout"]["strides"], i["layout"]["offset"],
                                    i["layout"]["storage_size"]) for i in case.inputs]
     if case.dtype.startswith(("float", "bfloat")):
