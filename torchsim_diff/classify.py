@@ -65,3 +65,65 @@ def finding_type(kind: Kind | str, bucket: str) -> type:
     if name not in _FINDING_TYPES:
         _FINDING_TYPES[name] = type(name, (Finding,), {"__module__": __name__})
     return _FINDING_TYPES[name]
+
+
+# -- signatures from the minimal case ------------------------------------------------------
+# A value failure's bucket: route + kind + the first divergent op + the trigger, the layout
+# or dtype features without which the failure vanishes. The reducer keeps only route, kind
+# and place (reduction_key), so one root cause seen through many output ops reduces to one
+# minimal case, and the trigger keeps two bugs on one op apart.
+def reduction_key(verdict) -> str | None:
+    """What the reducer keeps while shrinking a failing verdict's case."""
+    if not verdict.failed:
+        return None
+    kind = Kind(verdict.kind)
+    if kind in VALUE_KINDS:
+        place = "output" if (verdict.where or "").startswith("output") else "input"
+        return f"{verdict.route}|{kind.value}|{place}"
+    return verdict.signature
+
+
+def refined_signature(route: str, kind: Kind | str, first_op: str | None, trigger) -> str:
+    """route|kind|first divergent op|trigger features ('any' when no single feature is needed)."""
+    return f"{route}|{Kind(kind).value}|{first_op or '?'}|{'+'.join(sorted(trigger)) or 'any'}"
+
+
+def intermediates_as_outputs(case):
+    """(case', refs): `case` returning every non-mutating node's result (in program order)
+    after its own outputs are dropped, so output k of case' is the value of refs[k]. The
+    effects of in-place nodes stay, compared through the input storages as always."""
+    from torchsim_diff.graph import Case
+    from torchsim_diff.ops import get_op
+    refs = [n["id"] for n in case.nodes if not get_op(n["op"]).mutates]
+    data = case.to_dict()
+    data["outputs"] = refs
+    return Case.from_dict(data), refs
+
+
+def first_divergent_node(case, verdict_on_intermediates, refs) -> dict | None:
+    """The node of `case` whose value diverges first, from the verdict of the
+    intermediates_as_outputs case (None when that verdict names no output)."""
+    where = verdict_on_intermediates.where or ""
+    if not verdict_on_intermediates.failed or not where.startswith("output "):
+        return None
+    ref = refs[int(where.split()[1])]
+    return next(n for n in case.nodes if n["id"] == ref)
+
+
+def rank_buckets(signatures: dict) -> list:
+    """Buckets ordered distinct-first: the most frequent, then each time the one farthest
+    (Jaccard distance over signature parts) from those already ranked, ties by count.
+    `signatures`: bucket -> (signature text, failure count)."""
+    parts = {b: set(sig.replace("+", "|").split("|")) for b, (sig, _n) in signatures.items()}
+    todo = sorted(signatures, key=lambda b: (-signatures[b][1], b))
+    ranked = todo[:1]
+    todo = todo[1:]
+    while todo:
+        best = max(todo, key=lambda b: (min(_jaccard(parts[b], parts[r]) for r in ranked), signatures[b][1]))
+        ranked.append(best)
+        todo.remove(best)
+    return ranked
+
+
+def _jaccard(a: set, b: set) -> float:
+    return 1.0 - len(a & b) / max(len(a | b), 1)

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from torchsim_diff import layout, values
+from torchsim_diff import classify, layout, values
 from torchsim_diff.check import Checker
 from torchsim_diff.graph import Case, CaseError
 from torchsim_diff.ops import get_op
@@ -72,16 +72,19 @@ class ReduceResult:
 
 
 def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None, timeout_s: float = 120,
-                max_runs: int = 2000, progress=None) -> ReduceResult:
+                max_runs: int = 2000, progress=None, checkers: list | None = None, key=None,
+                budget_s: float | None = None) -> ReduceResult:
     """Shrink `case` while it keeps failing on `route` in its original bucket.
 
     jobs: parallel Checkers (default: the number of cores). max_runs: route runs allowed
     before stopping with the smallest case so far. progress: called with one line per
-    accepted step.
+    accepted step. checkers, key, budget_s: see _Evaluator (reduce, then bucket passes
+    the campaign's warm Checker, classify.reduction_key and its time budget).
     """
     jobs = _check_options(jobs, max_runs)
     started = time.perf_counter()
-    with _Evaluator(route, out_dir=out_dir, jobs=jobs, timeout_s=timeout_s, max_runs=max_runs) as evaluator:
+    with _Evaluator(route, out_dir=out_dir, jobs=jobs, timeout_s=timeout_s, max_runs=max_runs,
+                    checkers=checkers, key=key, budget_s=budget_s) as evaluator:
         bucket = evaluator.bucket_of_original(case)
         reducer = _Reducer(evaluator, bucket, progress or (lambda line: None))
         reduced = reducer.run(case)
@@ -103,27 +106,38 @@ def _check_options(jobs, max_runs) -> int:
 class _Evaluator:
     """Buckets of cases on one route, with one Checker per parallel job and a cache."""
 
-    def __init__(self, route: str, *, out_dir: str, jobs: int, timeout_s: float, max_runs: int):
-        self.route, self.jobs, self.max_runs = route, jobs, max_runs
+    def __init__(self, route: str, *, out_dir: str, jobs: int, timeout_s: float, max_runs: int,
+                 checkers: list | None = None, key=None, budget_s: float | None = None):
+        """checkers: warm Checkers to borrow (not closed here) instead of starting `jobs` new
+        ones. key: verdict -> what must stay the same (default: its bucket). budget_s:
+        seconds after which the search stops with the smallest case so far."""
+        self.route, self.max_runs = route, max_runs
+        self.key = key or (lambda verdict: verdict.bucket)
+        self.deadline = time.perf_counter() + budget_s if budget_s else None
         self.runs = 0
         self.cache: dict = {}
         self.checkers: queue.Queue = queue.Queue()
-        for job in range(jobs):
+        self.owned = not checkers
+        for job, checker in enumerate(checkers or []):
+            self.checkers.put(checker)
+        for job in range(jobs if self.owned else 0):
             self.checkers.put(Checker(out_dir=os.path.join(out_dir, f"job{job}"), timeout_s=timeout_s,
                                       tag=f"reduce{job}"))
-        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs)
+        self.jobs = self.checkers.qsize()
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.pool.shutdown(wait=True)
-        while not self.checkers.empty():
+        while self.owned and not self.checkers.empty():
             self.checkers.get().close()
 
     @property
     def exhausted(self) -> bool:
-        return self.runs >= self.max_runs
+        late = self.deadline is not None and time.perf_counter() > self.deadline
+        return late or self.runs >= self.max_runs
 
     def bucket_of_original(self, case: Case) -> str:
         self.runs += 1
@@ -131,14 +145,14 @@ class _Evaluator:
         if not verdict.failed:
             raise ReduceError(f"the case does not fail on route {self.route!r} (status {verdict.status.value}); "
                               "only failing cases can be reduced")
-        return verdict.bucket
+        return self.key(verdict)
 
     def first_keeping(self, candidates: list, bucket: str):
         """The earliest candidate whose bucket is `bucket`, or None."""
         todo = [c for c in candidates if c.case_id not in self.cache][: self.max_runs - self.runs]
         self.runs += len(todo)
         for case, verdict in zip(todo, self.pool.map(self._check, todo)):
-            self.cache[case.case_id] = verdict.bucket
+            self.cache[case.case_id] = self.key(verdict)
         for case in candidates:
             if self.cache.get(case.case_id) == bucket:
                 return case
@@ -158,7 +172,7 @@ class _Reducer:
 
     def run(self, case: Case) -> Case:
         current = case
-        passes = [_drop_outputs, _drop_nodes, _bypass_nodes, _cut_nodes, _shrink_dims,
+        passes = [_drop_outputs, _drop_nodes, _bypass_nodes, _cut_nodes, _canonical_ops, _shrink_dims,
                   _simplify_layouts, _simplify_values]
         changed = True
         while changed and not self.evaluator.exhausted:
@@ -362,6 +376,31 @@ def _contiguous_geometry(shape) -> dict:
     return {"strides": strides, "offset": 0, "storage_size": max(layout.span(shape, strides), 1)}
 
 
+# Simplest op first per arity: a failure that survives swapping its op for one of these does
+# not depend on that op, so one bug met through many ops reduces to one case (one bucket).
+CANONICAL_OPS = {1: ("neg", "abs", "relu"), 2: ("add", "mul"), 3: ("where",)}
+MATMUL_OPS = ("mm", "bmm", "matmul")
+
+
+def _canonical_ops(case: Case):
+    """Each node with its op replaced by a simpler one of the same arity (attributes kept
+    within the matmul and reduction families, dropped for pointwise ops)."""
+    for position, node in enumerate(case.nodes):
+        spec = get_op(node["op"])
+        if spec.mutates:
+            continue
+        simpler = list(CANONICAL_OPS.get(len(node["args"]), ()))
+        if spec.family == "matmul":
+            simpler = list(MATMUL_OPS) + simpler
+        elif spec.family == "reduction":
+            simpler = ["sum"] + simpler
+        for name in simpler[: simpler.index(node["op"]) if node["op"] in simpler else None]:
+            data = case.to_dict()
+            keep = get_op(name).family == spec.family and spec.family != "pointwise"
+            data["nodes"][position] = {**node, "op": name, "attrs": dict(node.get("attrs", {})) if keep else {}}
+            yield _candidate(data)
+
+
 def _shrink_dims(case: Case):
     """Smaller sizes: everywhere a size occurs first, then one input dimension at a time."""
     sizes = sorted({s for spec in case.inputs for s in spec["shape"] if s > 1}, reverse=True)
@@ -504,7 +543,12 @@ def _simplify_values(case: Case):
 def _simple_values(view: torch.Tensor, kind: str) -> list:
     """Constant, then rounded values, both inside the input's domain."""
     constant = torch.full_like(view, 0.0 if kind in ("real", "small") else 1.0)
-    rounded = torch.round(view.double() * 2) / 2
+    return [constant, _in_domain(torch.round(view.double()), view, kind),
+            _in_domain(torch.round(view.double() * 2) / 2, view, kind)]
+
+
+def _in_domain(rounded: torch.Tensor, view: torch.Tensor, kind: str) -> torch.Tensor:
+    """Rounded values moved back into the input's value domain."""
     if kind == "positive":
         rounded = rounded.clamp(min=0.5)
     elif kind == "nonzero":
@@ -512,7 +556,7 @@ def _simple_values(view: torch.Tensor, kind: str) -> list:
         rounded = torch.where(rounded.abs() < 0.5, half, rounded)
     elif kind == "small":
         rounded = rounded.clamp(-1.0, 1.0)
-    return [constant, rounded.to(view.dtype)]
+    return rounded.to(view.dtype)
 
 
 def _with_values(case: Case, k: int, view: torch.Tensor) -> Case:
@@ -540,3 +584,185 @@ def _raise_precision(case: Case):
             storage = layout.storage_of(_materialize(case, k))[: lay["storage_size"]]
             spec["data"] = values.encode(storage.to(torch.float32))
     yield _candidate(data)
+
+
+# -- reduce, then bucket ---------------------------------------------------------------------
+DEFAULT_BUDGET_S = 60.0
+
+
+@dataclasses.dataclass
+class Refinement:
+    """A failure's minimal case and the signature read from it (reduce, then bucket)."""
+
+    signature: str
+    reduced: dict                 # the minimal case (JSON dict)
+    first_op: str | None
+    trigger: list
+    seconds: float
+    runs: int
+    reduced_artifacts: str | None = None
+
+    def fields(self) -> dict:
+        """Extra results.jsonl fields of a refined record."""
+        return {"reduced_case": self.reduced, "first_op": self.first_op, "trigger": self.trigger,
+                "reduce_s": round(self.seconds, 3), "reduce_runs": self.runs,
+                "reduced_artifacts": self.reduced_artifacts}
+
+
+class Refiner:
+    """Reduces each new failure, then buckets it from its minimal case.
+
+        >>> refiner = Refiner(checker, budget_s=60)
+        >>> refiner.refine(verdict)      # sets verdict.refined; returns the record's extra fields
+
+    The minimal case gives the first divergent op (every intermediate as an output, compared
+    against float64) and the trigger (the layout and dtype features whose ablation makes the
+    failure vanish). Results are cached by case hash and route, and by the failure's raw
+    signature within a run: a failure already reduced costs nothing the second time.
+    """
+
+    def __init__(self, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S, cache_path: str | None = None):
+        self.checker, self.budget_s, self.cache_path = checker, budget_s, cache_path
+        self.by_case: dict = _load_cache(cache_path)
+        self.by_raw: dict = {}
+
+    def refine(self, verdict) -> dict:
+        if not verdict.failed or not verdict.kind.is_bug:
+            return {}
+        raw = verdict.signature
+        key = f"{verdict.route}|{verdict.case.case_id}"
+        found = self.by_case.get(key) or self.by_raw.get(raw)
+        if found is None:
+            found = self._reduce_and_classify(verdict)
+            self.by_case[key] = self.by_raw[raw] = found
+            _save_cache(self.cache_path, self.by_case)
+        verdict.refined = found["signature"]
+        return {**found["fields"], "raw_bucket": classify_bucket(raw)}
+
+    def _reduce_and_classify(self, verdict) -> dict:
+        started = time.perf_counter()
+        result = reduce_case(verdict.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
+                             checkers=[self.checker], key=classify.reduction_key, budget_s=self.budget_s)
+        minimal = self.checker.check(result.reduced, verdict.route)
+        signature = minimal.signature
+        first_op, trigger = None, []
+        if minimal.failed and minimal.kind in classify.VALUE_KINDS:
+            first_op = self._first_divergent_op(minimal)
+            trigger = self._trigger(minimal)
+            signature = classify.refined_signature(verdict.route, minimal.kind, first_op, trigger)
+        refinement = Refinement(signature or verdict.signature, result.reduced.to_dict(), first_op, trigger,
+                                time.perf_counter() - started, result.runs + 1,
+                                minimal.artifact_dir if minimal.artifacts else None)
+        return {"signature": refinement.signature, "fields": refinement.fields()}
+
+    def _first_divergent_op(self, minimal) -> str | None:
+        """The op whose value diverges first; the failing output's own op when the run with
+        every intermediate as an output does not fail on an output."""
+        try:
+            wide, refs = classify.intermediates_as_outputs(minimal.case)
+        except CaseError:
+            return minimal.op
+        node = classify.first_divergent_node(wide, self.checker.check(wide, minimal.route), refs)
+        return node["op"] if node else minimal.op
+
+    def _trigger(self, minimal) -> list:
+        """Features of the minimal case without which the failure vanishes."""
+        key = classify.reduction_key(minimal)
+        features = set()
+        for feature, candidate in ablations(minimal.case):
+            if feature not in features and classify.reduction_key(self.checker.check(candidate, minimal.route)) != key:
+                features.add(feature)
+        features.update(symptoms(self.checker, minimal))
+        return sorted(features)
+
+
+def classify_bucket(signature: str | None) -> str | None:
+    return classify.bucket_of(signature) if signature else None
+
+
+def ablations(case: Case):
+    """(feature, case without it) for each layout or dtype feature of `case`'s inputs."""
+    for k, spec in enumerate(case.inputs):
+        for feature, geometry in _input_ablations(spec):
+            data = case.to_dict()
+            data["inputs"][k] = _with_geometry(case, k, geometry)
+            candidate = _candidate(data)
+            if candidate is not None and _is_valid(candidate):
+                yield feature, candidate
+    for candidate in _raise_precision(case):
+        if candidate is not None and _is_valid(candidate):
+            yield case.dtype, candidate
+
+
+def _input_ablations(spec: dict) -> list:
+    """(feature, geometry without it): broadcast dims made real, strides made contiguous,
+    the storage offset removed."""
+    shape, lay = spec["shape"], spec["layout"]
+    strides, offset = lay["strides"], lay["offset"]
+    found = []
+    if any(st == 0 and n > 1 for n, st in zip(shape, strides)):
+        found.append(("broadcast", _dense_geometry(shape, strides, offset)))
+    elif strides != layout.contiguous_strides(shape) and any(n > 1 for n in shape):
+        dense = layout.contiguous_strides(shape)
+        if [st for n, st in zip(shape, strides) if n > 1] != [st for n, st in zip(shape, dense) if n > 1]:
+            found.append(("strided", {"strides": dense, "offset": offset,
+                                      "storage_size": max(offset + layout.span(shape, dense), 1)}))
+    if offset > 0:
+        found.append(("offset", {"strides": strides, "offset": 0,
+                                 "storage_size": max(layout.span(shape, strides), 1)}))
+    return found
+
+
+def _dense_geometry(shape, strides, offset: int) -> dict:
+    """Strides with every dimension real, in the order of the old strides (stride-0 dims innermost)."""
+    order = sorted(range(len(shape)), key=lambda d: -strides[d])
+    dense, step = [0] * len(shape), 1
+    for d in reversed(order):
+        dense[d] = step
+        step *= max(shape[d], 1)
+    return {"strides": dense, "offset": offset, "storage_size": max(offset + layout.span(shape, dense), 1)}
+
+
+def symptoms(checker: Checker, verdict) -> set:
+    """Features read from the failure itself: 'inout' when a mutated input's storage is
+    wrong, 'unwritten' when the route left it as it was (a write lost, not a wrong value)."""
+    where = verdict.where or ""
+    name = where.split()[1] if where.startswith("input ") else None
+    position = next((k for k, s in enumerate(verdict.case.inputs) if s["name"] == name), None)
+    if position is None or not verdict.case.inputs[position].get("mutated"):
+        return set()
+    final = _route_storage(checker, verdict.case, verdict.route, position)
+    ref = checker.reference(verdict.case, verdict.case.program_source())
+    covered = ref.covered[position]
+    initial, eager = ref.initial_storages[position], ref.storages[position]
+    if final is None or final.shape != initial.shape:
+        return {"inout"}
+    unwritten = torch.equal(final[covered], initial[covered]) and not torch.equal(eager[covered], initial[covered])
+    return {"inout", "unwritten"} if unwritten else {"inout"}
+
+
+def _route_storage(checker: Checker, case: Case, route: str, position: int):
+    """The route's final storage of input `position` (None when the run failed)."""
+    from torchsim_diff.worker import protocol
+    folder = os.path.join(checker.out_dir, "artifacts", route, case.case_id + "-storages")
+    reply = checker.worker(route).run(case.to_dict(), case.program_source(), folder, 1)
+    if not reply.ok:
+        return None
+    return protocol.payload_to_tensor(reply.storages[position])
+
+
+def _load_cache(path: str | None) -> dict:
+    import json
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle).get("reductions", {})
+    except (OSError, ValueError, AttributeError):
+        return {}                 # a damaged cache only costs the reductions, never the run
+
+
+def _save_cache(path: str | None, entries: dict) -> None:
+    if path:
+        from torchsim_diff.corpus import write_atomic
+        write_atomic(path, {"schema": 1, "reductions": entries})

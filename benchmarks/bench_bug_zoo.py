@@ -1,0 +1,88 @@
+"""Bug zoo: how well fuzz + reduce-then-bucket finds and files the planted bugs.
+
+    python benchmarks/bench_bug_zoo.py [--cases 40] [--seed 1] [--budget 60] [--bugs a,b]
+
+Runs one `fuzz` campaign (the CLI's, reduction on) per planted bug of benchmarks/bug_zoo
+and prints per bug: found or not, cases to the first failure, buckets, merges (buckets
+it shares with another bug), the reduced case's size and the time from first failure to
+the reduced case, then the medians against the issue's targets. Figures, never asserts.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.bug_zoo import planted  # noqa: E402
+
+
+def run_bug(route: str, args) -> dict:
+    from torchsim_diff.campaign import CampaignOptions, run_campaign
+    out = tempfile.mkdtemp(prefix=f"zoo-{route}-")
+    opts = CampaignOptions(routes=[route], out_dir=out, max_examples=args.cases, seed=args.seed,
+                           reduce=True, reduce_budget_s=args.budget)
+    result = run_campaign(opts)
+    fails = [r for r in result.records if r["status"] == "fail"]
+    first = next((k for k, r in enumerate(result.records) if r["status"] == "fail"), None)
+    reduced = {}
+    for r in fails:
+        reduced.setdefault(r["bucket"], r)
+    return {"bug": route, "found": bool(fails), "first": None if first is None else first + 1,
+            "failures": len(fails), "buckets": {b: r.get("first_op") for b, r in reduced.items()},
+            "signatures": sorted({_signature(r) for r in fails}),
+            "nodes": [len(r["reduced_case"]["nodes"]) for r in reduced.values() if r.get("reduced_case")],
+            "seconds": [r["reduce_s"] for r in reduced.values() if r.get("reduce_s") is not None]}
+
+
+def _signature(record: dict) -> str:
+    return f"{record.get('first_op')}|{'+'.join(record.get('trigger') or []) or 'any'}|{record['kind']}"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--budget", type=float, default=60.0)
+    parser.add_argument("--bugs", help="only these zoo routes (comma-separated)")
+    args = parser.parse_args(argv)
+    os.environ.update(planted.environment())
+    names = [cls.name for cls in planted.ZOO]
+    chosen = args.bugs.split(",") if args.bugs else names
+    rows = [run_bug(name, args) for name in chosen]
+    _print(rows)
+    return 0
+
+
+def _print(rows) -> None:
+    from tabulate import tabulate
+    owners: dict = {}
+    for row in rows:
+        for bucket in row["buckets"]:
+            owners.setdefault(bucket, set()).add(row["bug"])
+    table = []
+    for row in rows:
+        merges = sorted({o for b in row["buckets"] for o in owners[b]} - {row["bug"]})
+        row["merges"] = merges
+        table.append([row["bug"], "yes" if row["found"] else "NO", row["first"] or "-", row["failures"],
+                      len(row["buckets"]), ", ".join(merges) or "0", "; ".join(row["signatures"]),
+                      _median(row["nodes"]), _median(row["seconds"])])
+    print(tabulate(table, headers=["bug", "found", "cases to first", "failures", "buckets", "merges",
+                                   "signatures (first op|trigger|kind)", "reduced nodes", "reduce s"]))
+    found = [r for r in rows if r["found"]]
+    print(f"\nfound {len(found)}/{len(rows)} ({100.0 * len(found) / max(len(rows), 1):.0f}%, target >= 90%); "
+          f"median buckets per found bug {_median([len(r['buckets']) for r in found])} (target <= 2); "
+          f"merges {sum(bool(r['merges']) for r in rows)} (target 0); "
+          f"median reduced nodes {_median([min(r['nodes']) for r in found if r['nodes']])} (target <= 3); "
+          f"median time to reduced {_median([min(r['seconds']) for r in found if r['seconds']])} s (target <= 60)")
+
+
+def _median(values):
+    return round(statistics.median(values), 2) if values else "-"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
