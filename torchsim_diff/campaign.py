@@ -47,6 +47,8 @@ class CampaignOptions:
     route_options: dict = dataclasses.field(default_factory=dict)
     bucket_store: str | None = None
     repeat: int = 1
+    reduce: bool = True                # reduce, then bucket: each new failure (reduce.Refiner)
+    reduce_budget_s: float = 60.0
 
 
 @dataclasses.dataclass
@@ -96,6 +98,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                  repeat=opts.repeat) as checker, \
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
         available = _available_routes(checker, opts.routes, result)
+        refiner = _refiner(checker, opts)
 
         seen: set = set()
 
@@ -108,11 +111,13 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 return
             seen.add(case.case_id)
             for route in opts.routes:
+                refined = {}
                 if route in available:
                     verdict = checker.check(case, route)
+                    refined = refiner.refine(verdict) if refiner else {}
                 else:
                     verdict = Verdict(case, route, Status.SKIPPED, message=result.unavailable[route])
-                record = verdict.record()
+                record = {**verdict.record(), **refined}
                 writer.write(record)
                 result.records.append(record)
                 if store is not None and record["status"] == Status.FAIL.value and store.add(record):
@@ -150,6 +155,15 @@ def write_new_bundles(records, new_buckets, out_dir: str) -> dict:
         except (BundleError, OSError) as exc:
             sys.stderr.write(f"no reproducer for bucket {bucket}: {exc}\n")
     return written
+
+
+def _refiner(checker: Checker, opts: CampaignOptions):
+    """Reduce, then bucket (None with --no-reduce); reductions cached beside the bucket history."""
+    if not opts.reduce:
+        return None
+    from torchsim_diff.reduce import Refiner
+    folder = os.path.dirname(opts.bucket_store) if opts.bucket_store else opts.out_dir
+    return Refiner(checker, budget_s=opts.reduce_budget_s, cache_path=os.path.join(folder or ".", "reductions.json"))
 
 
 def _available_routes(checker: Checker, routes, result: CampaignResult) -> set:

@@ -55,6 +55,7 @@ class Verdict:
     artifact_dir: str | None = None
     artifacts: list = dataclasses.field(default_factory=list)
     t_case: float = 0.0
+    refined: str | None = None     # signature read from the reduced case (reduce.Refiner)
 
     @property
     def failed(self) -> bool:
@@ -64,6 +65,8 @@ class Verdict:
     def signature(self) -> str | None:
         if self.kind is None or self.status != Status.FAIL:
             return None
+        if self.refined:
+            return self.refined
         return classify.signature(self.route, self.kind, self.message, self.op, self.where)
 
     @property

@@ -88,7 +88,8 @@ def cmd_fuzz(args) -> int:
                            families=_split(args.families), ops=_split(args.ops),
                            special_values=args.special_values, timeout_s=args.timeout,
                            route_options=_route_options(args),
-                           bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat)
+                           bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
+                           reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget)
     try:
         result = run_campaign(opts)
     except InvalidArgument as exc:
@@ -294,6 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"),
                    help="bucket history shared by runs, to tell new findings (default: reports/buckets.json; "
                         "'none' to keep none)")
+    p.add_argument("--no-reduce", action="store_true",
+                   help="bucket failures as found instead of reducing each new one first")
+    p.add_argument("--reduce-budget", type=float, default=60.0, metavar="SECONDS",
+                   help="time to reduce one new failure before bucketing it (default: 60)")
     p.set_defaults(func=cmd_fuzz)
 
     p = sub.add_parser("replay", help="replay case files or corpus entries on routes")
