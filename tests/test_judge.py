@@ -1,0 +1,197 @@
+"""The judge's mechanisms on hand-made programs: rounding carried through the graph, stable
+decisions, and that neither costs the power to find real errors."""
+import ast
+import math
+import os
+
+import pytest
+import torch
+
+from torchsim_diff import judge
+
+F = torch.nn.functional
+
+
+def _inputs(*shapes, dtype=torch.float32, seed=0, low=-3.0, high=3.0):
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.rand(s, generator=gen, dtype=torch.float64) * (high - low) + low).to(dtype).double() for s in shapes]
+
+
+def _references(program, inputs, dtype):
+    truth = program(*inputs)
+    eager = program(*[x.to(dtype) for x in inputs])
+    return truth, eager, judge.carried(program, inputs, dtype)
+
+
+def _judge(got, eager, truth, allowance, i=0, *, carried=True):
+    return judge.compare(got, eager, truth, carried=allowance.outputs[i] if carried else None,
+                         sensitivity=allowance.sensitivity[i], unstable=allowance.unstable[i])
+
+
+# -- the issue's two false positives, at unit level ---------------------------------------------
+def _exp_of_a_sum(x):
+    return (torch.exp(torch.sum(torch.tanh(torch.exp(x)))),)
+
+
+def test_an_intermediate_sum_two_ulp_off_then_amplified_by_exp_passes():
+    (x,) = _inputs([40], low=0.4, high=1.2)
+    (truth,), (eager,), allowance = _references(_exp_of_a_sum, [x], torch.float32)
+    total = torch.sum(torch.tanh(torch.exp(x)))                       # about 38
+    landed = total.float()
+    for _ in range(2):                                                # another order: 2 ulp away
+        landed = torch.nextafter(landed, torch.tensor(math.inf))
+    route = torch.exp(landed).reshape(truth.shape)
+    assert _judge(route, eager, truth, allowance, carried=False)[0] is not None   # the old rule's false positive
+    found, stats = _judge(route, eager, truth, allowance)
+    assert found is None
+    assert stats.carried_ulp > 100                                    # exp turns 1 ulp of 38 into ~57 of the result
+
+
+def _compare_after_matmul(x0, x1):
+    v1 = torch.matmul(torch.amin(x0, 0), x1)
+    return (torch.lt(F.gelu(v1), v1),)
+
+
+def test_a_comparison_of_nearly_equal_values_is_not_judged_where_rounding_may_flip_it():
+    x0, x1 = _inputs([3, 4, 6], [6, 8], low=-4.0, high=4.0, seed=3)
+    (truth,), (eager,), allowance = _references(_compare_after_matmul, [x0, x1], torch.float32)
+    unstable = allowance.unstable[0]
+    assert 0 < int(unstable.sum()) < unstable.numel()
+    route = torch.where(unstable, ~truth, truth)                       # every unstable decision flipped
+    found, stats = _judge(route, eager, truth, allowance)
+    assert found is None and stats.unstable == int(unstable.sum())
+
+
+def test_a_stable_flip_still_fails():
+    x0, x1 = _inputs([3, 4, 6], [6, 8], low=-4.0, high=4.0, seed=3)
+    (truth,), (eager,), allowance = _references(_compare_after_matmul, [x0, x1], torch.float32)
+    stable = (~allowance.unstable[0]).nonzero()[0].tolist()
+    route = truth.clone()
+    route[tuple(stable)] = ~route[tuple(stable)]
+    found, _ = _judge(route, eager, truth, allowance)
+    assert found.kind == "wrong_values" and "Mismatched elements: 1 / 32" in found.message
+
+
+def test_a_wrong_comparison_on_clearly_separated_values_fails():
+    def program(a, b):
+        return (torch.gt(torch.exp(a), b),)
+    a, b = torch.tensor([0.0, 1.0, 2.0], dtype=torch.float64), torch.tensor([3.0, 1.0, 1.0], dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(program, [a, b], torch.float32)
+    assert not allowance.unstable[0].any()
+    route = truth.clone()
+    route[1] = False                                                  # e = 2.718 > 1: no rounding flips that
+    assert _judge(route, eager, truth, allowance)[0].kind == "wrong_values"
+
+
+# -- decisions: argmax and where ---------------------------------------------------------------
+def _argmax_of_a_product(x, w):
+    return (torch.argmax(torch.mul(x, w), dim=1),)
+
+
+def test_argmax_between_near_ties_is_unstable_and_a_clear_winner_is_judged():
+    x = torch.tensor([[1.0, 1.0 + 2e-8, 0.5], [0.1, 3.0, 0.2]], dtype=torch.float64)
+    w = torch.ones(3, dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(_argmax_of_a_product, [x, w], torch.float32)
+    assert allowance.unstable[0].tolist() == [True, False]
+    assert _judge(torch.tensor([0, 1]), eager, truth, allowance)[0] is None        # near tie: either index
+    assert _judge(torch.tensor([1, 0]), eager, truth, allowance)[0].kind == "wrong_values"
+
+
+def test_where_on_an_unstable_condition_allows_either_branch():
+    def program(a, b, x, y):
+        return (torch.where(torch.lt(torch.mul(a, 3.0), b), x, y),)
+    a = torch.tensor([1.0, 1.0], dtype=torch.float64)
+    just_above = float(torch.nextafter(torch.tensor(3.0), torch.tensor(4.0)))   # 3 * a is 1 ulp below it
+    b = torch.tensor([just_above, 10.0], dtype=torch.float64)
+    x, y = torch.tensor([5.0, 5.0], dtype=torch.float64), torch.tensor([-5.0, -5.0], dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(program, [a, b, x, y], torch.float32)
+    swapped = torch.tensor([-5.0, 5.0])
+    assert _judge(swapped, eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([5.0, -5.0]), eager, truth, allowance)[0].kind == "wrong_values"
+
+
+# -- no loss of power -----------------------------------------------------------------------------
+def _well_conditioned(x, y):
+    return (torch.mul(torch.exp(x), y),)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_on_a_well_conditioned_graph_the_carried_allowance_is_a_few_ulp(dtype):
+    x, y = _inputs([200], [200], dtype=dtype, low=0.0, high=1.0, seed=1)
+    (truth,), (eager,), allowance = _references(_well_conditioned, [x, y], dtype)
+    ulps = allowance.outputs[0] / judge.ulp(truth, dtype)
+    assert float(ulps.max()) <= 4.0 + 1e-6          # two nodes, at most 2 ulp each (eps * |result|)
+    assert set(allowance.by_op) == {"exp", "mul"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_kernel_just_past_the_rule_still_fails(dtype):
+    x, y = _inputs([200], [200], dtype=dtype, low=0.0, high=1.0, seed=1)
+    (truth,), (eager,), allowance = _references(_well_conditioned, [x, y], dtype)
+    allowed = judge.allowed_error(eager, truth, carried=allowance.outputs[0], sensitivity=allowance.sensitivity[0])
+    spacing = judge.ulp(truth, dtype)
+    route = (truth + allowed + 2 * spacing).to(dtype)                # 2 ulp beyond everything allowed
+    found, _ = _judge(route, eager, truth, allowance)
+    assert found.kind == "wrong_values" and "Mismatched elements: 200 / 200" in found.message
+
+
+def test_a_reduction_off_by_a_dropped_element_fails():
+    def program(x):
+        return (torch.sum(torch.exp(x), dim=1),)
+    (x,) = _inputs([8, 64], low=-1.0, high=1.0)
+    (truth,), (eager,), allowance = _references(program, [x], torch.float32)
+    route = torch.exp(x[:, :-1].float()).sum(dim=1)                  # the tail element lost
+    assert _judge(route, eager, truth, allowance)[0].kind == "wrong_values"
+
+
+def test_integer_programs_carry_nothing():
+    def program(x):
+        return (torch.sum(torch.mul(x, x)),)
+    allowance = judge.carried(program, [torch.arange(6)], torch.int64)
+    assert allowance.outputs[0].item() == 0.0 and allowance.by_op == {}
+
+
+def test_mutated_inputs_carry_their_rounding():
+    def program(x, y):
+        x.mul_(y)
+        return (torch.exp(x),)
+    x, y = _inputs([5], [5], low=1.0, high=2.0)
+    allowance = judge.carried(program, [x, y], torch.float32)
+    final = (x * y).float().double()
+    assert bool((allowance.inputs[0] > 0).all()) and bool((allowance.inputs[0] <= 2.1 * judge.ulp(final, torch.float32)).all())
+    assert float(allowance.inputs[1].max()) == 0.0
+
+
+# -- figures and messages -------------------------------------------------------------------------
+def test_ulp_is_measured_against_the_truth_floored_at_the_smallest_normal_and_absent_for_integers():
+    info = torch.finfo(torch.float32)
+    truth = torch.tensor([0.0, 1e-42, 1.0], dtype=torch.float64)
+    step = torch.nextafter(torch.tensor(0.0), torch.tensor(1.0))            # the smallest subnormal
+    route = torch.tensor([float(step), 1e-42, 1.0], dtype=torch.float32)
+    _, stats = judge.compare(route, truth.float(), truth)
+    assert stats.max_ulp == pytest.approx(1.0)                   # one step at zero is one ulp, not infinity
+    assert float(judge.ulp(truth, torch.float32)[0]) == info.smallest_normal * info.eps
+    _, exact = judge.compare(torch.tensor([7]), torch.tensor([7]), torch.tensor([7]))
+    assert exact.max_ulp is None
+    _, flags = judge.compare(torch.tensor([True]), torch.tensor([True]), torch.tensor([True]))
+    assert flags.max_ulp is None
+
+
+@pytest.mark.parametrize("got,want,kind,fragment", [
+    (torch.zeros(2, 3), torch.zeros(3, 2), "shape_mismatch", "shape [2, 3] != eager's [3, 2]"),
+    (torch.zeros(3, dtype=torch.float16), torch.zeros(3), "dtype_mismatch", "dtype torch.float16"),
+    (torch.tensor([1.0, float("nan")]), torch.tensor([1.0, 2.0]), "nonfinite_mismatch", "Mismatched elements: 1 / 2"),
+    (torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]), "wrong_values", "at index (1,)"),
+], ids=["shape", "dtype", "nan", "value"])
+def test_each_mismatch_has_its_kind_and_message(got, want, kind, fragment):
+    found, _ = judge.compare(got, want, want.double())
+    assert found.kind == kind and fragment in found.message
+
+
+def test_the_judge_imports_only_the_standard_library_and_torch():
+    path = os.path.join(os.path.dirname(judge.__file__), "judge.py")
+    with open(path) as f:
+        tree = ast.parse(f.read())
+    roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0}
+    assert roots <= {"__future__", "dataclasses", "math", "torch"}

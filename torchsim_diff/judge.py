@@ -1,0 +1,537 @@
+"""The judge: one tolerance table, the comparison of a result against float64 truth and
+eager, the mismatch message, and the rounding allowance carried through a program.
+
+Imports only the standard library and torch: a reproducer bundle copies this file verbatim
+next to its repro.py. The whole public API:
+
+    allowance = judge.carried(program, inputs_f64, torch.float32)   # once per case
+    found, stats = judge.compare(route_out, eager_out, truth_out, where="output 0",
+                                 carried=allowance.outputs[0], sensitivity=allowance.sensitivity[0],
+                                 unstable=allowance.unstable[0])
+    if found: print(found.message); found.kind   # "wrong_values", "nonfinite_mismatch", ...
+
+`inputs_f64` are the program's inputs in float64 (never mutated here: each run gets
+copies). The rule (README, "The oracle rule"): a float element passes when
+
+    |route - truth| <= atol + rtol*|truth| + margin * (max(eager_err, eager_err_max) + sensitivity) + carried
+
+`carried` is the rounding a dtype computation may legitimately make at every node (about
+one ulp for pointwise ops, sqrt(n)+1 ulps of the magnitude for a reduction of length n),
+carried to the outputs by rerunning the program in float64 with each node's result moved
+by its allowance (random signs, SAMPLES times) and summing the per-node movements.
+`sensitivity` is the same for the inputs' own precision (max over the tensor). A boolean
+or integer element computed from floats (comparisons, argmax/argmin, anything derived
+from them) is judged only where that decision is stable: where the float64 margin of its
+operands exceeds margin * their carried allowance. Unstable elements are counted
+(`Stats.unstable`), never failed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+# (rtol, atol) per dtype: torch.testing.assert_close's defaults.
+TOLERANCES = {
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+MARGIN = 2.0                   # float32, float64: torch._dynamo.utils.same's multiplier
+LOW_PRECISION_MARGIN = 3.0     # float16, bfloat16: same's multiplier for them
+FEW_ELEMENTS = 10              # a tensor this small gives eager's error one or two samples,
+FEW_ELEMENTS_FACTOR = 2.0      # so the margin doubles (a 2.5x unlucky product is not a bug)
+MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23, torch.float64: 52}
+SAMPLES = 2                    # random-sign reruns per rounding node
+
+
+@dataclasses.dataclass
+class Mismatch:
+    """Why a result is wrong: `kind` is one of the failure kinds' names."""
+
+    kind: str
+    where: str
+    message: str
+
+
+@dataclasses.dataclass
+class Stats:
+    """Error figures of one route against the truth (and eager's, for the ratio)."""
+
+    max_abs_err: float = 0.0
+    max_rel_err: float = 0.0
+    max_ulp: float | None = None  # against the truth, ulp floored at the dtype's smallest normal;
+                                  # None where nothing floating was compared (integers, booleans)
+    eager_abs_err: float = 0.0
+    atol_needed: float = 0.0     # smallest atol passing allclose(route, truth) at the dtype's rtol
+    rtol_needed: float = 0.0     # smallest rtol passing it at the dtype's atol
+    unstable: int = 0            # discrete elements whose decision rounding may flip (not judged)
+    carried_ulp: float = 0.0     # largest carried allowance, in ulps of the truth
+
+    @property
+    def err_ratio(self) -> float | None:
+        if self.max_abs_err == 0.0:
+            return 0.0
+        if self.eager_abs_err == 0.0:
+            return None
+        return self.max_abs_err / self.eager_abs_err
+
+    def merge(self, other: "Stats") -> None:
+        for field in dataclasses.fields(self):
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            if field.name == "unstable":
+                setattr(self, field.name, mine + theirs)
+            elif mine is None or theirs is None:
+                setattr(self, field.name, theirs if mine is None else mine)
+            else:
+                setattr(self, field.name, max(mine, theirs))
+
+
+def margin(dtype: torch.dtype, numel: int) -> float:
+    """How many times eager's own error (plus the allowances) a route may be off."""
+    base = LOW_PRECISION_MARGIN if dtype in (torch.float16, torch.bfloat16) else MARGIN
+    return base * (FEW_ELEMENTS_FACTOR if numel <= FEW_ELEMENTS else 1.0)
+
+
+def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Unit in the last place of `dtype` at the magnitude of each element of float64 `t`,
+    floored at the ulp of the smallest normal (values near zero do not inflate ULP figures)."""
+    info = torch.finfo(dtype)
+    magnitude = t.abs().nan_to_num(0.0, posinf=info.max, neginf=info.max).clamp(min=info.smallest_normal)
+    return torch.pow(2.0, torch.floor(torch.log2(magnitude)) - MANTISSA_BITS[dtype])
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Elementwise bit-for-bit equality (NaN equals the same NaN, -0.0 differs from 0.0)."""
+    if a.dtype.is_floating_point:
+        as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+        return a.view(as_int) == b.view(as_int)
+    return a == b
+
+
+# -- the comparison ---------------------------------------------------------------------------
+
+def compare(got, eager, truth, *, where: str = "output 0", carried=None, sensitivity=None, unstable=None):
+    """(Mismatch or None, Stats) for `got` against `eager` (case dtype) and float64 `truth`.
+
+    carried: per-element rounding allowance (float64, broadcastable) or None for zero;
+    sensitivity: the inputs' conditioning allowance, of which the tensor's max is used;
+    unstable: bool mask of discrete elements not to judge (None: judge all).
+    """
+    if list(got.shape) != list(eager.shape):
+        return Mismatch("shape_mismatch", where, f"{where}: shape {list(got.shape)} != eager's {list(eager.shape)}"), Stats()
+    if got.dtype != eager.dtype:
+        return Mismatch("dtype_mismatch", where, f"{where}: dtype {got.dtype} != eager's {eager.dtype}"), Stats()
+    if not got.dtype.is_floating_point:
+        return _compare_exact(got, eager, truth, where, unstable)
+    return _compare_float(got, eager, truth, where, carried, sensitivity)
+
+
+def allowed_error(eager, truth, *, carried=None, sensitivity=None) -> torch.Tensor:
+    """The largest |route - truth| each element may have (see the module docstring)."""
+    rtol, atol = TOLERANCES[eager.dtype]
+    e, t = eager.double(), truth.double()
+    finite = torch.isfinite(e) & torch.isfinite(t)
+    eager_err = torch.where(finite, (e - t).abs(), torch.zeros_like(t))
+    floor = float(eager_err.max()) if eager_err.numel() else 0.0
+    sens = 0.0 if sensitivity is None or sensitivity.numel() == 0 else float(sensitivity.max())
+    extra = torch.zeros_like(t) if carried is None else carried.double().expand_as(t)
+    return atol + rtol * t.abs().nan_to_num(0.0) + margin(eager.dtype, t.numel()) * (
+        torch.clamp(eager_err, min=floor) + sens) + extra
+
+
+def _compare_float(got, eager, truth, where, carried, sensitivity):
+    g, e, t = got.double(), eager.double(), truth.double()
+    rounded = truth.to(got.dtype).double()
+    bad_nonfinite = ~_same_class(g, e) & ~_same_class(g, rounded)
+    if bad_nonfinite.any():
+        return Mismatch("nonfinite_mismatch", where,
+                        message(where, "non-finite pattern differs", bad_nonfinite, g, e)), Stats()
+    finite = torch.isfinite(g) & torch.isfinite(e) & torch.isfinite(t)
+    err = torch.where(finite, (g - t).abs(), torch.zeros_like(t))
+    allowed = allowed_error(eager, truth, carried=carried, sensitivity=sensitivity)
+    stats = _stats(err, torch.where(finite, (e - t).abs(), torch.zeros_like(t)), t, got.dtype, carried)
+    wrong = finite & (err > allowed)
+    if wrong.any():
+        return Mismatch("wrong_values", where, message(where, "values differ", wrong, g, t, err, allowed)), stats
+    return None, stats
+
+
+def _compare_exact(got, eager, truth, where, unstable):
+    wrong = (got != eager) & (got != truth.to(got.dtype))
+    skipped = torch.zeros_like(wrong) if unstable is None else unstable.expand_as(wrong)
+    stats = Stats(unstable=int(skipped.sum()))
+    wrong = wrong & ~skipped
+    if wrong.any():
+        what = "exact values differ" + (f" ({stats.unstable} unstable elements not judged)" if stats.unstable else "")
+        return Mismatch("wrong_values", where, message(where, what, wrong, got, eager)), stats
+    return None, stats
+
+
+def _same_class(a, b):
+    """Elementwise: both finite, or both the same non-finite value (NaN, +Inf, -Inf)."""
+    both_finite = torch.isfinite(a) & torch.isfinite(b)
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    same_inf = torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))
+    return both_finite | both_nan | same_inf
+
+
+def _stats(err, eager_err, t, dtype, carried) -> Stats:
+    if err.numel() == 0:
+        return Stats(max_ulp=0.0)
+    rtol, atol = TOLERANCES[dtype]
+    magnitude = t.abs().nan_to_num(0.0)
+    rel = torch.where(magnitude > atol, err / magnitude.clamp(min=atol), torch.zeros_like(err))
+    atol_needed = (err - rtol * magnitude).clamp(min=0.0)
+    rtol_needed = torch.where(magnitude > 0, (err - atol).clamp(min=0.0) / magnitude.clamp(min=1e-300),
+                              torch.where(err > atol, torch.full_like(err, math.inf), torch.zeros_like(err)))
+    spacing = ulp(t, dtype)
+    carried_ulp = 0.0 if carried is None else float((carried.double().expand_as(t) / spacing).max())
+    return Stats(float(err.max()), float(rel.max()), float((err / spacing).max()), float(eager_err.max()),
+                 float(atol_needed.max()), float(rtol_needed.max()), 0, carried_ulp)
+
+
+def message(where, what, wrong, got, ref, err=None, allowed=None) -> str:
+    """The mismatch message, torch.testing's way: count, share and the worst element."""
+    total, count = wrong.numel(), int(wrong.sum())
+    lines = [f"{where}: {what}", f"Mismatched elements: {count} / {total} ({100.0 * count / max(total, 1):.1f}%)"]
+    if err is not None:
+        masked = torch.where(wrong, err, torch.full_like(err, -1.0))
+        flat = int(masked.reshape(-1).argmax())
+        lines.append(f"Greatest absolute difference: {float(err.reshape(-1)[flat]):.6g} at index "
+                     f"{unravel(flat, wrong.shape)} (up to {float(allowed.reshape(-1)[flat]):.3g} allowed); "
+                     f"got {float(got.reshape(-1)[flat]):.6g}, expected {float(ref.reshape(-1)[flat]):.6g}")
+    else:
+        flat = int(wrong.reshape(-1).nonzero()[0])
+        lines.append(f"First mismatch at index {unravel(flat, wrong.shape)}: "
+                     f"got {got.reshape(-1)[flat].item()!r}, expected {ref.reshape(-1)[flat].item()!r}")
+    return "\n".join(lines)
+
+
+def unravel(flat: int, shape) -> tuple:
+    index = []
+    for size in reversed(list(shape)):
+        index.append(flat % size if size else 0)
+        flat //= max(size, 1)
+    return tuple(reversed(index))
+
+
+# -- rounding carried through the program ---------------------------------------------------
+
+def _pointwise(func, args, kwargs, out, eps):
+    return eps * out.abs()
+
+
+def _reduced_length(x, out) -> int:
+    return max(x.numel() // max(out.numel(), 1), 1)
+
+
+def _sum_like(func, args, kwargs, out, eps):
+    x = args[0]
+    return eps * (math.sqrt(_reduced_length(x, out)) + 1) * func(x.abs(), *args[1:], **kwargs)
+
+
+def _prod(func, args, kwargs, out, eps):
+    return eps * (math.sqrt(_reduced_length(args[0], out)) + 1) * out.abs()
+
+
+def _var(func, args, kwargs, out, eps):
+    x = args[0]
+    n = _reduced_length(x, out)
+    dim, keepdim = kwargs.get("dim"), kwargs.get("keepdim", False)
+    mean = x.mean() if dim is None and not keepdim else x.mean(dim=dim, keepdim=keepdim)
+    kept = n - kwargs.get("correction", 1)
+    return eps * (math.sqrt(n) + 2) * (out.abs() + mean * mean * n / max(kept, 1))
+
+
+def _matmul_like(func, args, kwargs, out, eps):
+    tensors = [a.abs() if isinstance(a, torch.Tensor) else a for a in args]
+    inner = args[-2].shape[-1] if args[-2].dim() else 1
+    return eps * (math.sqrt(inner) + 2) * func(*tensors, **kwargs)
+
+
+def _dim_of(args, kwargs):
+    return kwargs["dim"] if "dim" in kwargs else args[1]
+
+
+def _softmax(func, args, kwargs, out, eps):
+    x, dim = args[0], _dim_of(args, kwargs)
+    if x.dim() == 0:
+        return eps * out.abs()
+    shifted = (x - x.amax(dim=dim, keepdim=True)).abs()
+    return eps * (math.sqrt(x.shape[dim]) + 2 + shifted) * out.abs()
+
+
+def _log_softmax(func, args, kwargs, out, eps):
+    x, dim = args[0], _dim_of(args, kwargs)
+    if x.dim() == 0:
+        return eps * out.abs()
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    return eps * (math.sqrt(x.shape[dim]) + shifted.abs() + (shifted - out).abs() + out.abs())
+
+
+def _layer_norm(func, args, kwargs, out, eps):
+    x, shape = args[0], args[1]
+    weight = args[2] if len(args) > 2 else kwargs.get("weight")
+    dims = tuple(range(x.dim() - len(shape), x.dim()))
+    n = math.prod(shape)
+    spread = torch.sqrt(x.var(dim=dims, correction=0, keepdim=True) + kwargs.get("eps", 1e-5))
+    normalised = (x - x.mean(dim=dims, keepdim=True)) / spread
+    scale = 1.0 if weight is None else weight.abs()
+    term = (x.abs().mean(dim=dims, keepdim=True) / spread + normalised.abs()) * scale
+    return eps * ((math.sqrt(n) + 2) * term + out.abs())
+
+
+# name -> local allowance (float64, broadcastable to the result) of one dtype computation;
+# an op not listed rounds nothing (views, selections, max/min, sign, abs, neg, relu, where).
+ROUNDING = {
+    **{name: _pointwise for name in (
+        "add", "sub", "mul", "div", "true_divide", "sqrt", "rsqrt", "reciprocal", "exp", "log", "tanh",
+        "sigmoid", "gelu", "silu", "erf", "sin", "cos", "pow", "addcmul", "addcdiv", "lerp")},
+    "sum": _sum_like, "mean": _sum_like, "prod": _prod, "var": _var,
+    "mm": _matmul_like, "bmm": _matmul_like, "matmul": _matmul_like, "addmm": _matmul_like,
+    "softmax": _softmax, "log_softmax": _log_softmax, "layer_norm": _layer_norm,
+}
+COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
+ARG_EXTREMES = {"argmax": 1.0, "argmin": -1.0}
+
+
+def op_name(func) -> str:
+    """'add' for torch.add, Tensor.add_ and Tensor.__add__."""
+    name = getattr(func, "__name__", str(func))
+    return name.strip("_") if name.startswith("__") else name.rstrip("_")
+
+
+@dataclasses.dataclass
+class _Call:
+    name: str
+    args: tuple
+    kwargs: dict
+    result: torch.Tensor     # the live result (an in-place op's result is its input)
+    value: torch.Tensor      # a copy taken when the call returned
+
+
+class _Run(TorchFunctionMode):
+    """Records every tensor-returning call of one float64 run; `after(index, call)` may
+    change a result in place (inject rounding, flip a decision)."""
+
+    def __init__(self, after=None):
+        super().__init__()
+        self.calls: list = []
+        self.after = after
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        if isinstance(result, torch.Tensor):
+            call = _Call(op_name(func), args, kwargs, result, result)
+            if self.after is not None:
+                self.after(len(self.calls), call)
+            call.value = result.detach().clone()
+            self.calls.append(call)
+        return result
+
+
+@dataclasses.dataclass
+class Carried:
+    """Allowances of one program, per output and per input's final state (float64 tensors
+    of their shapes; zero for integer and boolean results)."""
+
+    outputs: list
+    inputs: list
+    sensitivity: list            # the inputs' own precision, per output
+    input_sensitivity: list      # ... per input's final state
+    unstable: list               # per output: bool mask of unstable discrete elements, or None
+    by_op: dict                  # op -> largest allowance it adds to an output, in ulps
+
+
+def _delta(a, b) -> torch.Tensor:
+    """|a - b| in float64; NaN/Inf where the two agree count as 0, where not as inf."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)) or a.shape != b.shape:
+        return torch.zeros(b.shape if isinstance(b, torch.Tensor) else (), dtype=torch.float64)
+    if not b.dtype.is_floating_point:
+        return (a != b).double() * math.inf
+    d = (a.double() - b.double()).abs()
+    return torch.where(same_bits(a, b) | (a == b), torch.zeros_like(d), d.nan_to_num(nan=math.inf))
+
+
+class _Program:
+    """One program and its float64 inputs, rerun as often as the allowance needs."""
+
+    def __init__(self, program, inputs):
+        self.program = program
+        self.inputs = [x.detach() for x in inputs]
+
+    def run(self, after=None, scale_inputs=None):
+        dense = [x.clone() for x in self.inputs]
+        if scale_inputs is not None:
+            dense = [x * s if x.dtype.is_floating_point else x for x, s in zip(dense, scale_inputs)]
+        mode = _Run(after)
+        with mode:
+            outputs = tuple(self.program(*dense))
+        return mode.calls, [o.detach().clone() for o in outputs], dense
+
+
+def carried(program, inputs, dtype: torch.dtype, *, seed: int = 0) -> Carried:
+    """The rounding allowance of `program` on float64 `inputs` for a computation in `dtype`
+    (see the module docstring). Integer dtypes get zero everywhere."""
+    runner = _Program(program, inputs)
+    calls, outputs, finals = runner.run()
+    if not dtype.is_floating_point:
+        zeros = [torch.zeros(o.shape, dtype=torch.float64) for o in outputs]
+        izeros = [torch.zeros(f.shape, dtype=torch.float64) for f in finals]
+        return Carried(zeros, izeros, zeros, izeros, [None] * len(outputs), {})
+    gen = torch.Generator().manual_seed(seed)
+    eps = torch.finfo(dtype).eps
+    node, by_op = _node_allowances(runner, calls, outputs, finals, eps, gen, dtype)
+    sens, input_sens = _sensitivity(runner, outputs, finals, eps, gen)
+    unstable_calls = _unstable_decisions(calls, node["calls"], dtype)
+    flipped_out, flipped_in, unstable = _flip(runner, calls, outputs, finals, unstable_calls)
+    unstable = [u if u is None else u | (a > 0) for u, a in zip(unstable, node["outputs"])]
+    out_allow = [torch.zeros_like(a) if u is not None else a + f
+                 for a, f, u in zip(node["outputs"], flipped_out, unstable)]
+    in_allow = [a + f for a, f in zip(node["inputs"], flipped_in)]
+    return Carried(out_allow, in_allow, sens, input_sens, unstable, by_op)
+
+
+def _node_allowances(runner, calls, outputs, finals, eps, gen, dtype):
+    """Per call, output and input: the summed movement when each rounding node moves."""
+    total = {"calls": [torch.zeros(c.value.shape, dtype=torch.float64) for c in calls],
+             "outputs": [torch.zeros(o.shape, dtype=torch.float64) for o in outputs],
+             "inputs": [torch.zeros(f.shape, dtype=torch.float64) for f in finals]}
+    by_op: dict = {}
+    for index, call in enumerate(calls):
+        rule = ROUNDING.get(call.name)
+        if rule is None or not call.value.dtype.is_floating_point:
+            continue
+        moved = _moved_by_node(runner, calls, outputs, finals, index, rule, eps, gen)
+        for key in total:
+            total[key] = [t + m for t, m in zip(total[key], moved[key])]
+        ulps = [float((m / ulp(o.double(), dtype)).max()) for m, o in zip(moved["outputs"], outputs)
+                if o.dtype.is_floating_point and m.numel()]
+        by_op[call.name] = max([by_op.get(call.name, 0.0), *ulps])
+    return total, by_op
+
+
+def _moved_by_node(runner, calls, outputs, finals, index, rule, eps, gen):
+    moved = {"calls": [torch.zeros(c.value.shape, dtype=torch.float64) for c in calls],
+             "outputs": [torch.zeros(o.shape, dtype=torch.float64) for o in outputs],
+             "inputs": [torch.zeros(f.shape, dtype=torch.float64) for f in finals]}
+    for _ in range(SAMPLES):
+        def inject(i, call):
+            if i != index:
+                return
+            with torch.no_grad():
+                local = rule(_func_of(call), call.args, call.kwargs, call.result, eps)
+                local = local.double().nan_to_num(nan=0.0, posinf=0.0).expand(call.result.shape)
+                sign = torch.randint(0, 2, call.result.shape, generator=gen, dtype=torch.float64) * 2 - 1
+                call.result.add_(sign * local)
+
+        got_calls, got_out, got_in = runner.run(inject)
+        _accumulate_max(moved["calls"], [c.value for c in got_calls], [c.value for c in calls])
+        _accumulate_max(moved["outputs"], got_out, outputs)
+        _accumulate_max(moved["inputs"], got_in, finals)
+    return moved
+
+
+def _func_of(call: _Call):
+    """The torch function that recomputes a call on other operands (magnitudes)."""
+    return _FUNCS.get(call.name, getattr(torch, call.name, None))
+
+
+_FUNCS = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+          "layer_norm": torch.nn.functional.layer_norm}
+
+
+def _accumulate_max(into, got, clean):
+    for i, (g, c) in enumerate(zip(got, clean)):
+        if i < len(into) and g.shape == c.shape:
+            into[i] = torch.maximum(into[i], _delta(g, c))
+
+
+def _sensitivity(runner, outputs, finals, eps, gen):
+    """Movement of outputs and final inputs when each float input moves by up to 1 ulp."""
+    scales = []
+    for x in runner.inputs:
+        noise = torch.rand(x.shape, generator=gen, dtype=torch.float64) * 2 - 1
+        scales.append(1 + eps * noise)
+    _, got_out, got_in = runner.run(scale_inputs=scales)
+    return ([_delta(g, o) for g, o in zip(got_out, outputs)], [_delta(g, f) for g, f in zip(got_in, finals)])
+
+
+def _unstable_decisions(calls, allowances, dtype) -> dict:
+    """call index -> (mask of elements rounding may flip, the flipped result)."""
+    index_of: dict = {}
+
+    def allowance(x):
+        i = index_of.get(id(x)) if isinstance(x, torch.Tensor) else None
+        return allowances[i] if i is not None else torch.zeros((), dtype=torch.float64)
+
+    found = {}
+    for i, call in enumerate(calls):
+        index_of[id(call.result)] = i
+        if call.name in COMPARISONS:
+            found[i] = _unstable_comparison(call, allowance, dtype)
+        elif call.name in ARG_EXTREMES:
+            found[i] = _unstable_extreme(call, allowance, dtype)
+    return {i: v for i, v in found.items() if v is not None and bool(v[0].any())}
+
+
+def _operand(x):
+    return x.double() if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float64)
+
+
+def _unstable_comparison(call, allowance, dtype):
+    a, b = call.args[0], call.args[1]
+    if not any(isinstance(x, torch.Tensor) and x.dtype.is_floating_point for x in (a, b)):
+        return None
+    room = margin(dtype, call.value.numel()) * (allowance(a) + allowance(b))
+    gap = (_operand(a) - _operand(b)).abs()
+    mask = ((gap <= room) & (room > 0)).expand(call.value.shape)
+    return mask, torch.where(mask, ~call.value, call.value)
+
+
+def _unstable_extreme(call, allowance, dtype):
+    x = call.args[0]
+    if not x.dtype.is_floating_point or x.numel() < 2:
+        return None
+    dim = call.kwargs.get("dim", call.args[1] if len(call.args) > 1 else None)
+    signed = ARG_EXTREMES[call.name] * x.double()
+    room = allowance(x).expand(x.shape)
+    if dim is None:
+        signed, room = signed.reshape(-1), room.reshape(-1)
+        dim = 0
+    if signed.shape[dim] < 2:
+        return None
+    top = signed.topk(2, dim=dim)
+    gap = top.values.narrow(dim, 0, 1) - top.values.narrow(dim, 1, 1)
+    spread = room.amax(dim=dim, keepdim=True) * 2 * margin(dtype, call.value.numel())
+    mask = (gap <= spread) & (spread > 0) & ~signed.isnan().any(dim=dim, keepdim=True)
+    mask, second = mask.reshape(call.value.shape), top.indices.narrow(dim, 1, 1).reshape(call.value.shape)
+    return mask, torch.where(mask, second, call.value)
+
+
+def _flip(runner, calls, outputs, finals, unstable_calls):
+    """Rerun with every unstable decision flipped: how far that moves each float output
+    and final input, and which discrete output elements change (unstable)."""
+    if not unstable_calls:
+        zeros = [torch.zeros(o.shape, dtype=torch.float64) for o in outputs]
+        return zeros, [torch.zeros(f.shape, dtype=torch.float64) for f in finals], [
+            torch.zeros(o.shape, dtype=torch.bool) if not o.dtype.is_floating_point else None for o in outputs]
+
+    def flip(i, call):
+        if i in unstable_calls:
+            call.result.copy_(unstable_calls[i][1])
+
+    _, got_out, got_in = runner.run(flip)
+    out_moved, unstable = [], []
+    for g, o in zip(got_out, outputs):
+        d = _delta(g, o)
+        floating = o.dtype.is_floating_point
+        out_moved.append(d if floating else torch.zeros_like(d))
+        unstable.append(None if floating else d > 0)
+    return out_moved, [_delta(g, f) if f.dtype.is_floating_point else torch.zeros(f.shape, dtype=torch.float64)
+                       for g, f in zip(got_in, finals)], unstable
