@@ -88,6 +88,8 @@ class Verdict:
             "stage": self.stage, "bucket": self.bucket, "op": self.op, "ops": case.ops,
             "dtypes": case.dtypes, "layouts": case.layouts, "n_nodes": len(case.nodes),
             "max_abs_err": s.max_abs_err, "max_rel_err": s.max_rel_err, "max_ulp": s.max_ulp,
+            "unstable": s.unstable, "carried_ulp": oracle.finite_or_none(s.carried_ulp),
+            "carried_by_op": {op: oracle.finite_or_none(u) for op, u in s.carried_by_op.items()},
             "err_ratio": oracle.finite_or_none(s.err_ratio),
             "atol_needed": oracle.finite_or_none(s.atol_needed), "rtol_needed": oracle.finite_or_none(s.rtol_needed),
             "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),

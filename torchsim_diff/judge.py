@@ -70,6 +70,7 @@ class Stats:
     rtol_needed: float = 0.0     # smallest rtol passing it at the dtype's atol
     unstable: int = 0            # discrete elements whose decision rounding may flip (not judged)
     carried_ulp: float = 0.0     # largest carried allowance, in ulps of the truth
+    carried_by_op: dict = dataclasses.field(default_factory=dict)   # op -> ulps it adds (Carried.by_op)
 
     @property
     def err_ratio(self) -> float | None:
@@ -84,6 +85,8 @@ class Stats:
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
             if field.name == "unstable":
                 setattr(self, field.name, mine + theirs)
+            elif field.name == "carried_by_op":
+                self.carried_by_op = {op: max(mine.get(op, 0.0), theirs.get(op, 0.0)) for op in {*mine, *theirs}}
             elif mine is None or theirs is None:
                 setattr(self, field.name, theirs if mine is None else mine)
             else:

@@ -103,7 +103,7 @@ def _on_storages(views, per_view, storages):
 
 def judge(case, ref: Reference, outputs, storages) -> tuple:
     """(Mismatch or None, ErrorStats) for a route's outputs and final input storages."""
-    stats = ErrorStats()
+    stats = ErrorStats(carried_by_op=dict(ref.carried_by_op))
     if len(outputs) != len(ref.outputs):
         return Mismatch(Kind.SHAPE_MISMATCH, "outputs",
                         f"route returned {len(outputs)} outputs, eager {len(ref.outputs)}"), stats
