@@ -13,7 +13,7 @@ TRITON_C1 = ["kernel.py", "triton_npu_fused_add_0_spec.py", "triton_npu_fused_ad
              "stage.log", "01-ttir.mlir", "02-ttshared.mlir", "03-adapted.mlir", "04-custom.mlir",
              "05-triton_npu_fused_add_0.elf", "runtime/in_ptr0.raw", "trace.so"]
 TRITON_C2 = ["kernel.py", "k_spec.py", "meta.json", "stage.log", "01-ttir.mlir", "07-regularized.mlir",
-             "08-transformed.mlir", "09-custom.mlir", "kernel.json", "launch-4242/in_ptr0.raw"]
+             "08-transformed.mlir", "09-custom.mlir", "kernel.json", "launch-4242/runtime/in_ptr0.raw"]
 MLIR = ["abc.mlir", "abc_llvm.mlir", "abc.ll", "abc.o", "abc.s", "validation_wrapper.c",
         "validation_binary", "runtime_0000/arg0/0.raw", "cycle_binary", "m5out/stats.txt"]
 

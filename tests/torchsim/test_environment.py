@@ -109,7 +109,8 @@ def test_worker_env_switches_the_triton_codegen_only_for_c1_triton(monkeypatch, 
 def test_machine_config_forces_functional_mode_and_keeps_the_rest(tmp_path):
     base = tmp_path / "base.yml"
     base.write_text(CONFIG_TEXT)
-    written = config.write_machine_config(str(base), str(tmp_path / "m.yml"), timing=False)
+    written = config.write_machine_config(str(base), str(tmp_path / "m"), timing=False, generation="B")
+    assert written.endswith(".yml")
     text = open(written).read()
     assert config.read_top_level(text, "pytorchsim_functional_mode") == "1"
     assert config.read_top_level(text, "pytorchsim_timing_mode") == "0"

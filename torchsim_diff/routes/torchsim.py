@@ -7,9 +7,12 @@ ctx.metrics["cost"]). The worker runs under PyTorchSim's own interpreter
 `config`, else TOGSIM_CONFIG, else the generation's default). Setup and the meaning of
 every option: docs/pytorchsim.md.
 
-Route options: config (machine YAML), timing (default off; env TORCHSIM_DIFF_TIMING),
-spike_timeout_s, gem5_timeout_s, togsim_timeout_s, compiler_timeout_s (seconds per
-simulator or compiler process; defaults in torchsim_diff.torchsim.timeouts).
+Route options: config (machine config: JSON for generation A, YAML after), timing
+(default off; env TORCHSIM_DIFF_TIMING), spike_timeout_s, gem5_timeout_s,
+togsim_timeout_s, compiler_timeout_s, toolchain_timeout_s (seconds per process, capped
+below PyTorchSim's own; defaults in torchsim_diff.torchsim.timeouts), verify
+(trace/stop/off: PyTorchSim's per-buffer check where the checkout has it; default trace),
+verify_rtol, verify_atol, spike_jobs (Spike processes per launch; default CPUs / workers).
 
 Per compiled program: a fresh dump path and Inductor cache (kernel workdirs are keyed
 on source text alone), a time limit per simulator, the whole log captured into the
@@ -21,6 +24,7 @@ eagerly, nothing simulated them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -45,9 +49,14 @@ from torchsim_diff.torchsim import (
 )
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LIMIT_OPTIONS = {"spike": "spike_timeout_s", "gem5": "gem5_timeout_s",
-                 "togsim": "togsim_timeout_s", "compiler": "compiler_timeout_s"}
+LIMIT_OPTIONS = {"spike": "spike_timeout_s", "gem5": "gem5_timeout_s", "togsim": "togsim_timeout_s",
+                 "compiler": "compiler_timeout_s", "toolchain": "toolchain_timeout_s"}
 TRUE_WORDS = ("1", "true", "yes", "on")
+# Modules whose `launch(obj_dir, manifest, runtime, ...)` runs Spike in-process (C2,
+# later C1): wrapped so each launch's inputs and outputs are kept.
+SPIKE_LAUNCH_MODULES = ("Simulator.spike_run", "PyTorchSimFrontend.triton_backend.spike_run")
+FUNC_TRACE = re.compile(r"\[FuncTrace\] (?P<buffer>\S+)\s+(?P<op>.*?)\s+max\|d\|=(?P<d>\S+) "
+                        r"max\|ref\|=(?P<ref>\S+) rel=(?P<rel>\S+)")
 
 
 class TorchSimRoute(Route):
@@ -70,6 +79,12 @@ class TorchSimRoute(Route):
             return env
         # Read by torch_openreg at import: C1 keeps the Triton route behind this switch.
         env["TORCHSIM_TRITON_CODEGEN"] = "1" if found == "C1" and cls.name == generation.TRITON_ROUTE else "0"
+        env["TORCHSIM_SPIKE_JOBS"] = str(options.get("spike_jobs") or os.environ.get("TORCHSIM_SPIKE_JOBS")
+                                         or config.spike_jobs(_worker_count()))
+        if generation.has_per_kernel_verify(torchsim_dir):
+            env.update(config.verify_variables(
+                str(options.get("verify", "trace")), _number(options.get("verify_rtol")),
+                _number(options.get("verify_atol"))))
         return env
 
     def available(self):
@@ -83,6 +98,7 @@ class TorchSimRoute(Route):
         try:
             found = generation.detect(self.name, torchsim_dir)
             config.base_config_path(torchsim_dir, found.name, self.options.get("config"))
+            config.verify_variables(str(self.options.get("verify", "trace")))
             seen = probe.probe(python, torchsim_dir, probe.REQUIRED_MODULES[found.name])
         except (generation.UnknownGeneration, config.ConfigError, probe.ProbeFailed) as exc:
             return False, str(exc)
@@ -105,24 +121,54 @@ class TorchSimRoute(Route):
                        if key in self.options}
         self.work_root = tempfile.mkdtemp(prefix=f"{self.name}-")
         base = config.base_config_path(self.torchsim_dir, self.generation.name, self.options.get("config"))
+        self.verify = (str(self.options.get("verify", "trace")) != "off"
+                       and generation.has_per_kernel_verify(self.torchsim_dir))
         self.machine_config = config.write_machine_config(
-            base, os.path.join(self.work_root, "machine.yml"), timing=self.timing)
+            base, os.path.join(self.work_root, "machine"), timing=self.timing,
+            generation=self.generation.name, verify=self.verify)
         os.environ["TOGSIM_CONFIG"] = self.machine_config   # before PyTorchSim reads it
         self.device = device.open_device(self.generation.name, self.torchsim_dir)
+        self.refused = device.wrong_backend(self.name)
+        if self.name == generation.TRITON_ROUTE:
+            device.wrap_module_functions(SPIKE_LAUNCH_MODULES, "launch", workdir.wrap_launch)
 
     def compile(self, program, example_inputs, ctx):
+        if self.refused:
+            raise RouteFailure(Kind.TOOL_ERROR, "setup", self.refused)
         environment = config.CaseEnvironment(
             root=tempfile.mkdtemp(dir=self.work_root), torchsim_dir=self.torchsim_dir,
             machine_config=self.machine_config, timing=self.timing)
         return TorchSimProgram(self, program, environment)
 
     def versions(self):
-        import torch
-        return {"torch": torch.__version__, "pytorchsim": self.generation.name,
-                "pytorchsim_revision": generation.checkout_revision(self.torchsim_dir),
-                "machine_config": os.path.basename(config.base_config_path(
-                    self.torchsim_dir, self.generation.name, self.options.get("config"))),
-                "timing": self.timing}
+        """What this route drives, readable without setup() (bundles ask a fresh route):
+        generation, checkout and compiler commits, machine config and its format, the
+        thirdparty/*.json toolchain pins, PyTorchSim's torch."""
+        torchsim_dir = os.environ.get("TORCHSIM_DIR", "")
+        found = generation.detect(self.name, torchsim_dir)
+        facts = {"pytorchsim": found.name,
+                 "pytorchsim_revision": generation.checkout_revision(torchsim_dir),
+                 "config_format": config.config_format(found.name),
+                 "per_kernel_verify": generation.has_per_kernel_verify(torchsim_dir)}
+        compiler = generation.compiler_dir(found.name, torchsim_dir)
+        if compiler:
+            facts["compiler_revision"] = generation.checkout_revision(compiler) or f"unknown ({compiler})"
+        try:
+            facts["machine_config"] = os.path.basename(config.base_config_path(
+                torchsim_dir, found.name, self.options.get("config")))
+        except config.ConfigError as exc:
+            facts["machine_config"] = f"unusable: {exc}"
+        facts.update({f"pin_{k}": v for k, v in generation.thirdparty_pins(torchsim_dir).items()})
+        facts["torch"] = self._torch_version(torchsim_dir, found.name)
+        facts["timing"] = getattr(self, "timing", None)
+        return facts
+
+    def _torch_version(self, torchsim_dir: str, name: str) -> str:
+        python = os.environ.get(self.python_env, "")
+        try:
+            return probe.probe(python, torchsim_dir, probe.REQUIRED_MODULES[name]).get("torch", "?")
+        except probe.ProbeFailed:
+            return "?"
 
 
 class TorchSimMlirRoute(TorchSimRoute):
@@ -161,6 +207,8 @@ class TorchSimProgram(Compiled):
                 error = exc
         text = capture.read_text(log_path)
         copied = self._keep_artifacts(text, ctx)
+        self._record_versions(ctx)
+        self._record_verify_trace(text, ctx)
         if error is not None:
             raise self._failure(error, text, copied) from None
         self._check_coverage(text, ctx)
@@ -220,6 +268,32 @@ class TorchSimProgram(Compiled):
                     f.write(f"PyTorchSim workdirs could not be converted to a kernel capture: {exc}\n")
         return copied
 
+    def _record_versions(self, ctx) -> None:
+        """Route versions plus what built this case's kernels (C2 provenance.json's compiler
+        commit, kernel.json's format), into the record's metrics."""
+        if not hasattr(self.route, "_versions"):
+            try:
+                self.route._versions = self.route.versions()
+            except Exception as exc:  # noqa: BLE001 - versions are reported, never fatal
+                self.route._versions = {"error": f"{type(exc).__name__}: {exc}"}
+        ctx.metrics["versions"] = dict(self.route._versions,
+                                       **artifacts.build_identity(self.environment.dump_path))
+
+    def _record_verify_trace(self, text: str, ctx) -> None:
+        """PyTorchSim's per-buffer trace (TORCHSIM_FUNCTIONAL_VERIFY_TRACE): the first buffer
+        whose error is over its tolerance names the kernel where a wrong value starts; the
+        MLIR route has no other per-kernel localisation."""
+        rtol = _number(self.route.options.get("verify_rtol")) or 1e-4
+        atol = _number(self.route.options.get("verify_atol")) or 1e-4
+        for line in FUNC_TRACE.finditer(text):
+            d, ref = float(line.group("d")), float(line.group("ref"))
+            if not d <= atol + rtol * ref:      # NaN counts as over
+                ctx.metrics["divergent_kernel"] = {
+                    "kernel_name": line.group("buffer"), "launch": None, "folder": None,
+                    "summary": f"PyTorchSim functional verify: buffer {line.group('buffer')} "
+                               f"({line.group('op')}) max|d|={d:.4g} over max|ref|={ref:.4g}"}
+                return
+
     def _check_coverage(self, text: str, ctx) -> None:
         env = self.environment
         if self.not_simulated is None:
@@ -268,3 +342,15 @@ def _snapshot_spike_runs(tool: str, args, phase: str) -> None:
     the kernel-level reference (torchsim.workdir) needs both."""
     if tool == "spike":
         workdir.snapshot_spike_run(args, phase)
+
+
+def _worker_count() -> int:
+    """Workers sharing this machine: pytest-xdist's count, else one."""
+    try:
+        return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    except ValueError:
+        return 1
+
+
+def _number(value):
+    return None if value in (None, "") else float(value)

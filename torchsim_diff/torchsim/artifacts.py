@@ -3,14 +3,18 @@ the wrapper, TOGSim logs and cycles, and copies of all of it for a failing case.
 
 Workdirs (docs/pytorchsim.md, "Artifacts"): the Triton route writes
 `<dump>/triton_<hash>/` (kernel.py first, then the spec, meta.json, stage IRs, the ELF,
-runtime/*.raw); the MLIR route writes `<dump>/<hash>/` (<key>.mlir first, then LLVM
-dialect, .ll, .o/.s, validation_binary, runtime_NNNN/, m5out/). The stage a kernel
+runtime/*.raw; C2 kernel.json, provenance.json and launch-<pid>/runtime/*.raw); the MLIR
+route writes `<dump>/<hash>/` (<key>.mlir first, then LLVM dialect, .ll, .o/.s,
+validation_binary, runtime_NNNN/, m5out/), generation A under `<dump>/outputs/<hash>/`
+(fe04c9a PyTorchSimFrontend/extension_codecache.py get_write_path). The stage a kernel
 reached is the last of those whose file exists; stage numbers in file names are not an
 interface, so files are matched by the name after the number.
 """
 from __future__ import annotations
 
 import fnmatch
+import glob
+import json
 import os
 import re
 import shutil
@@ -23,7 +27,7 @@ TRITON_STAGES = (
     ("adapted", ("*adapted.mlir", "*transformed.mlir")),
     ("custom", ("*custom.mlir",)),
     ("binary", ("*.elf", "kernel.json")),
-    ("spike", ("runtime/*.raw", "launch-*/*.raw")),
+    ("spike", ("runtime/*.raw", "launch-*/runtime/*.raw")),
     ("togsim", ("trace.so", "trace_cycles.tsv")),
 )
 MLIR_STAGES = (
@@ -38,7 +42,9 @@ MLIR_STAGES = (
 
 WRAPPER_LINE = re.compile(r"Wrapper Codegen Path = (\S+)")
 WRAPPER_CALL = re.compile(r"def call\((self, )?args\)")
-TOGSIM_LOG_LINE = re.compile(r'Simulation log is stored to "([^"]+)"')
+# Debug mode (TORCHSIM_DEBUG_MODE=1) names the model: `Simulation log of "<onnx>" is stored
+# to "<log>"` (fe04c9a Simulator/simulator.py TOGSimulator.simulation).
+TOGSIM_LOG_LINE = re.compile(r'Simulation log (?:of "[^"]*" )?is stored to "([^"]+)"')
 CYCLES = re.compile(r"Total execution cycles:\s*(\d+)")
 # Calls the wrapper makes itself instead of launching a kernel: eager on the host
 # (or the device's CPU fallback), never simulated. Allocation and view helpers compute
@@ -48,6 +54,12 @@ NOT_COMPUTE = re.compile(r"empty_strided|reinterpret_tensor|as_strided|copy_|ate
                          r"_reinterpret_view|aten\.view|aten\.alias")
 
 WORKDIR_COPIES = "pytorchsim"     # beside `kernels/`, the converted capture
+# C2 writes the machine its kernels were compiled for beside the workdirs, and the compiler
+# reads it back through TORCHSIM_COMPILE_TARGET (PyTorchSimCodegen/compiler_bridge.py
+# target_path): a replay needs it.
+TARGET_FILES = "target-*.json"
+PROVENANCE_FILE = "provenance.json"     # C2 PyTorchSimCodegen/provenance.py STAMP_NAME
+KERNEL_MANIFEST = "kernel.json"         # C2 compiler_bridge.KERNEL_MANIFEST, with "format"
 MAX_FILE_BYTES = 8 << 20
 MAX_RAW_BYTES = 32 << 20
 
@@ -74,18 +86,24 @@ def stage_reached(workdir: str) -> str | None:
     return reached
 
 
+# Generation A nests its kernel folders one level down (fe04c9a extension_codecache.py).
+NESTED_DUMP = "outputs"
+
+
 def kernel_workdirs(dump_path: str) -> list:
-    """Kernel workdirs under a dump path in the order they were created (their first file)."""
-    if not os.path.isdir(dump_path):
-        return []
+    """Kernel workdirs under a dump path in the order they were created (their first file);
+    generation A's `<dump>/outputs/<hash>/` each count as one, never `outputs/` as a whole."""
     found = []
-    for name in os.listdir(dump_path):
-        path = os.path.join(dump_path, name)
-        if name.startswith(".") or not os.path.isdir(path):
+    for root in (dump_path, os.path.join(dump_path, NESTED_DUMP)):
+        if not os.path.isdir(root):
             continue
-        files = _files(path)
-        if "kernel.py" in files or _matches(files, ("*.mlir",)):
-            found.append(path)
+        for name in os.listdir(root):
+            path = os.path.join(root, name)
+            if name.startswith(".") or not os.path.isdir(path) or path == os.path.join(dump_path, NESTED_DUMP):
+                continue
+            files = [f for f in os.listdir(path)]
+            if "kernel.py" in files or _matches(files, ("*.mlir",)):
+                found.append(path)
     return sorted(found, key=lambda path: _mtime(path, min))
 
 
@@ -181,6 +199,8 @@ def collect(*, dump_path: str, inductor_cache: str, log_dir: str, log_text: str,
                     continue
                 raw_budget -= size
             copied.append(_copy(src, dest, os.path.join(WORKDIR_COPIES, os.path.basename(workdir), rel)))
+    for path in sorted(glob.glob(os.path.join(dump_path, TARGET_FILES))):
+        copied.append(_copy(path, dest, os.path.join(WORKDIR_COPIES, os.path.basename(path))))
     for i, path in enumerate(wrapper_paths(log_text, inductor_cache)):
         copied.append(_copy(path, dest, f"wrapper_{i}.py"))
     for path in togsim_logs(log_text, log_dir):
@@ -193,3 +213,36 @@ def _copy(src: str, dest_root: str, rel: str) -> str:
     os.makedirs(os.path.dirname(target), exist_ok=True)
     shutil.copyfile(src, target)
     return rel
+
+
+def build_identity(dump_path: str) -> dict:
+    """What built this case's kernels, from the workdirs' own stamps: the compiler commit
+    of provenance.json (C2; "dirty" digest appended) and kernel.json's format. {} when no
+    workdir carries them (generations A, B, C1)."""
+    found: dict = {}
+    for workdir in kernel_workdirs(dump_path):
+        stamp = _json(os.path.join(workdir, PROVENANCE_FILE))
+        compiler = _compiler_of(stamp) if stamp else None
+        if compiler:
+            found.setdefault("compiler_commit", compiler)
+        manifest = _json(os.path.join(workdir, KERNEL_MANIFEST))
+        if manifest and "format" in manifest:
+            found.setdefault("kernel_format", manifest["format"])
+    return found
+
+
+def _compiler_of(stamp: dict) -> str | None:
+    """The compiler's {commit, dirty} entry of a provenance stamp, whatever its key."""
+    for value in stamp.values():
+        if isinstance(value, dict) and "commit" in value:
+            dirty = value.get("dirty")
+            return value["commit"][:12] + (f"+dirty.{dirty}" if dirty else "")
+    return None
+
+
+def _json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None

@@ -21,6 +21,7 @@ import re
 from torchsim_diff.kinds import Kind
 
 SPIKE_EXIT_CODES = {200: "INVALID_SPAD_ACCESS", 201: "STACK_OVERFLOW"}
+VERIFY_BUFFER = re.compile(r"\[FuncVerify\] first divergence at buffer '([^']+)' \(op ([^)]*)\)")
 STAGE_NAMED = re.compile(r"\[stage(?P<stage>\d)\]|\[(?P<named>transform|lower|binary)\]")
 
 
@@ -37,11 +38,20 @@ def _rule(label, kind, stage, pattern):
 
 
 RULES = (
+    # PyTorchSim's own per-buffer check (pytorchsim_functional_verify_per_kernel;
+    # Simulator/functional_verify.py): the first buffer Spike got wrong, by name.
+    _rule("functional_verify", Kind.WRONG_VALUES, "compare:kernel",
+          r"FunctionalVerifyMismatch|\[FuncVerify\] first divergence at buffer"),
     _rule("wrong_values", Kind.WRONG_VALUES, "compare",
           r"VALUES WRONG|allclose|Test Failed|Max abs diff"),
     _rule("timeout", Kind.TIMEOUT, "{tool}",
           r"__timeout__ (?P<tool>\w+)|^__timeout__$|(?P<tool2>TOGSim) subprocess timeout|"
           r"\[(?P<tool3>TOGSim)\] Simulator subprocess exceeded timeout"),
+    # The RISC-V link step and binutils (generation A links and objdumps validation_binary
+    # before Spike runs) and a compiler process that exited non-zero: compile failures,
+    # never Spike or generic crashes.
+    _rule("toolchain", Kind.COMPILE_ERROR, "compile:{tool}",
+          r"__exit__ (?P<tool>toolchain|compiler) code (?P<code>-?\d+)"),
     _rule("dtype_mismatch", Kind.DTYPE_MISMATCH, "launch",
           r"ShapeMismatch: .* is torch\.\w+, but the binary was compiled for \w+"),
     _rule("dynamic_shape", Kind.SHAPE_MISMATCH, "launch",
@@ -57,8 +67,16 @@ RULES = (
           r"^.*(Error|error|failed|cannot).*trace\.so.*$|SIGSEGV|Signals\.SIG"),
     _rule("gem5", Kind.RUNTIME_ERROR, "gem5",
           r"\[Gem5\] sampling failed|__exit__ gem5 code (?P<code>-?\d+)"),
+    # C1: the compiler's marker. C2 retries smaller tiles on that marker and, when none is
+    # left, logs "<k>: N bytes/lane over a budget of M, and no smaller tile is left to try"
+    # (PyTorchSimCodegen/codecache.py torchsim_compile). A: "Scratchpad size exceeded:
+    # required N bytes, but only M bytes available" (PyTorchSimFrontend/extension_codecache.py).
     _rule("spad_overflow", Kind.COMPILE_ERROR, "compile:spad",
-          r"torchsim-spad-overflow: usage=(?P<usage>\d+) budget=(?P<budget>\d+)"),
+          r"torchsim-spad-overflow: usage=(?P<usage>\d+) budget=(?P<budget>\d+)|"
+          r"(?P<usage2>\d+) bytes/lane over a budget of (?P<budget2>\d+), and no smaller tile is left|"
+          r"Scratchpad size exceeded: required (?P<usage3>\d+) bytes, but only (?P<budget3>\d+) bytes"),
+    _rule("register_spill", Kind.COMPILE_ERROR, "compile:registers",
+          r"the vector register file spills, and no smaller tile is left"),
     _rule("device_op", Kind.UNSUPPORTED, "device",
           r"(?P<op>\w+_overrideable) not implemented|not implemented\. .*privateuse|"
           r"Could not run '(?P<op2>[\w:.]+)' with arguments from the '(PrivateUse1|npu)' backend"),
@@ -123,9 +141,9 @@ def _group(match: re.Match, *names):
 
 
 def _stage(rule: Rule, match: re.Match, reached: str | None) -> str:
-    if rule.stage == "{tool}":
+    if "{tool}" in rule.stage:
         tool = _group(match, "tool", "tool2", "tool3")
-        return tool.lower() if tool else "run"
+        return rule.stage.format(tool=tool.lower()) if tool else "run"
     if rule.stage != "compile":
         return rule.stage
     named = _group(match, "stage", "named")
@@ -143,7 +161,10 @@ def _detail(rule: Rule, match: re.Match) -> str:
         name = SPIKE_EXIT_CODES.get(int(code), "") if rule.label == "spike_fault" else ""
         return f"exit code {code}" + (f" ({name})" if name else "")
     if rule.label == "spad_overflow":
-        return f"usage {match.group('usage')} > budget {match.group('budget')}"
+        return f"usage {_group(match, 'usage', 'usage2', 'usage3')} > budget {_group(match, 'budget', 'budget2', 'budget3')}"
+    if rule.label == "functional_verify":
+        found = VERIFY_BUFFER.search(match.string)
+        return f"buffer {found.group(1)} (op {found.group(2)})" if found else ""
     op = _group(match, "op", "op2")
     return f"op {op}" if op else ""
 

@@ -64,3 +64,39 @@ def wait_for_timing() -> None:
     simulator = npu.get_tog_simulator() if npu is not None and hasattr(npu, "get_tog_simulator") else None
     if simulator is not None:
         simulator.until()
+
+
+def wrong_backend(route_name: str) -> str:
+    """Why the npu backend PyTorchSim registered is not the one `route_name` drives ("" when
+    it is, or when torch cannot say). Later C1 checkouts register the Triton backend
+    unconditionally (PSAL-POSTECH/PyTorchSim 1c5dde5, PyTorchSimDevice/torch_openreg/__init__.py):
+    the MLIR route would then run Triton kernels while reporting MLIR."""
+    try:
+        from torch._inductor.codegen.common import get_wrapper_codegen_for_device
+        wrapper = get_wrapper_codegen_for_device("npu")
+    except (ImportError, AttributeError, RuntimeError):
+        return ""
+    if wrapper is None:
+        return ""
+    where = f"{wrapper.__module__}.{wrapper.__qualname__}"
+    triton = "triton" in where.lower() or wrapper.__module__.startswith("PyTorchSimCodegen")
+    if route_name == "torchsim-mlir" and triton:
+        return (f"PyTorchSim registered {where} for npu, the Triton route: torchsim-mlir would run "
+                f"Triton kernels and call them MLIR; use torchsim-triton with this checkout")
+    return ""
+
+
+def wrap_module_functions(module_names, attribute: str, wrap) -> list:
+    """Replace `attribute` of each importable module by wrap(original); returns the
+    modules patched (PyTorchSim calls these through the module, so the patch is seen)."""
+    import importlib
+    patched = []
+    for name in module_names:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, attribute):
+            setattr(module, attribute, wrap(getattr(module, attribute)))
+            patched.append(name)
+    return patched

@@ -1,10 +1,10 @@
 """A time limit for each simulator subprocess, and a record of how each one ended.
 
-PyTorchSim starts Spike, gem5, TOGSim and its compilers with `subprocess.run` (mostly
-without a timeout), so a hung simulator hangs the case until the worker is killed and
+PyTorchSim starts Spike, gem5, TOGSim, its compilers and the RISC-V binutils with
+`subprocess.run` (without a timeout, or with one longer than a case), so a hung simulator hangs the case until the worker is killed and
 the case loses its log. Inside `limited_subprocesses(...)` every `subprocess.run` /
 `subprocess.call` (check_call and check_output go through them) gets the limit of the
-tool its command names, and each abnormal end is written to the log as one marker line
+tool its command names (or PyTorchSim's own, when that is shorter), and each abnormal end is written to the log as one marker line
 that `classify` reads:
 
     torchsim-diff: __timeout__ spike after 120 s: spike --isa=... kernel.elf
@@ -22,15 +22,22 @@ import signal
 import subprocess
 import sys
 
-# Tool names by the command that starts them, first match wins.
+# Tool names by the command that starts them, first match wins. The binutils and the
+# link step come first: generation A links, objdumps and nm's `validation_binary` and a
+# Spike rule that matched the binary's name filed their failures as Spike crashes
+# (PyTorchSim fe04c9a, PyTorchSimFrontend/mlir/mlir_caller_codegen.py compile_wih_kernel,
+# Simulator/simulator.py run_spike). C2's pk lives under `riscv64-unknown-elf/bin/`, so
+# the toolchain rule names the tools, not the triple.
 TOOLS = (
-    ("spike", re.compile(r"(^|[/\s])spike(\s|$)|tnpu\.spike|spike_run|validation_binary", re.I)),
+    ("toolchain", re.compile(r"riscv64-unknown-elf-(gcc|g\+\+|ld|objdump|nm|readelf|as)\b|"
+                             r"^\s*(\S*/)?(nm|objdump|readelf)\s", re.I)),
+    ("spike", re.compile(r"(^|[/\s])spike(\s|$)|tnpu\.spike|spike_run", re.I)),
     ("gem5", re.compile(r"gem5", re.I)),
     ("togsim", re.compile(r"togsim|bin/Simulator(\s|$)", re.I)),
     ("compiler", re.compile(r"run\.py|pytorchsim-triton-compiler|triton-shared-opt|mlir-opt|"
-                            r"mlir-translate|(^|/)llc|clang|riscv64", re.I)),
+                            r"mlir-translate|(^|/)llc|clang", re.I)),
 )
-DEFAULT_LIMITS_S = {"spike": 300.0, "gem5": 300.0, "togsim": 600.0, "compiler": 300.0}
+DEFAULT_LIMITS_S = {"spike": 300.0, "gem5": 300.0, "togsim": 600.0, "compiler": 300.0, "toolchain": 120.0}
 
 
 @dataclasses.dataclass
@@ -66,6 +73,15 @@ def tool_of(args) -> str | None:
     return None
 
 
+def effective_limit(theirs, ours):
+    """The shorter of PyTorchSim's own timeout and ours. Their compiler bridges pass
+    timeout=1800 explicitly (C1 tnpu_bridge.run_pipeline, C2
+    PyTorchSimCodegen/compiler_bridge.run_pipeline), which used to win over ours: a hung
+    compile then outlived the case and ended in an unclassified worker kill."""
+    limits = [t for t in (theirs, ours) if t is not None]
+    return min(limits) if limits else None
+
+
 @contextlib.contextmanager
 def limited_subprocesses(limits_s: dict | None = None, *, around=None):
     """Within the block, watched subprocesses get a timeout; yields the list of ends.
@@ -83,8 +99,7 @@ def limited_subprocesses(limits_s: dict | None = None, *, around=None):
             tool = tool_of(args)
             if tool is None:
                 return original(*popenargs, **kwargs)
-            if kwargs.get("timeout") is None:   # PyTorchSim passes timeout=None explicitly
-                kwargs["timeout"] = limits.get(tool)
+            kwargs["timeout"] = effective_limit(kwargs.get("timeout"), limits.get(tool))
             command = args if isinstance(args, str) else " ".join(str(a) for a in args)
             if around is not None:
                 around(tool, args, "before")

@@ -12,10 +12,19 @@ have: its spec's `reference()` returns {}. Converting it to the capture format o
 `torchsim_diff.kernels.capture` lets `torchsim_diff.kernels.replay` run the same kernel on
 the same inputs under Triton's interpreter, which is that missing per-kernel reference.
 
-The route snapshots runtime/ around every Spike run (`snapshot_spike_run`) into
+The route snapshots the launch's .raw files around every Spike run into
 `<workdir>/torchsim-diff-launches/<n>/{before,after}/`, because Spike writes its outputs
 over the same files; a converted launch then carries PyTorchSim's outputs as "after" and
-replaying it names the kernel whose outputs diverge (`first_divergent_kernel`).
+replaying it names the kernel whose outputs diverge (`first_divergent_kernel`). Where the
+files are, per generation:
+    C1 (early)  <workdir>/runtime/, Spike started as `python -m tnpu.spike <spec> <workdir>`
+                (PyTorchSimFrontend/triton_backend/functional.py, PSAL-POSTECH 199cfc4):
+                the subprocess hook `snapshot_spike_run` sees the workdir in the command.
+    C1 (later), C2  `spike_run.launch(workdir, manifest, runtime, ...)` in-process, one
+                command per grid range, runtime = <workdir>/launch-<pid>/runtime
+                (Simulator/spike_run.py, Simulator/session.py): the command names only
+                `--base-path=<runtime>` (or a part of it), so the route wraps `launch`
+                itself (`wrap_launch`).
 
     launches = convert_dump(dump_path, "capture")        # one launch per Spike run
     found = first_divergent_kernel("capture")            # None: every kernel reproduces
@@ -23,6 +32,7 @@ replaying it names the kernel whose outputs diverge (`first_divergent_kernel`).
 """
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -34,6 +44,7 @@ import sys
 META_FILE = "meta.json"
 SOURCE_FILE = "kernel.py"
 RUNTIME_DIR = "runtime"
+LAUNCH_DIRS = "launch-*"        # C2 Simulator/session.py: <workdir>/launch-<pid>/runtime
 SNAPSHOT_DIR = "torchsim-diff-launches"
 PYTORCHSIM_EXECUTOR = "pytorchsim"
 ITEM_SIZES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4,
@@ -199,12 +210,14 @@ def write_launch(workdir: str, folder: str, *, inputs_dir: str, outputs_dir: str
 
 
 def launch_sources(workdir: str) -> list:
-    """(inputs_dir, outputs_dir) of every recorded Spike run of a workdir, else its runtime/."""
+    """(inputs_dir, outputs_dir) of every recorded Spike run of a workdir, else its runtime
+    folders as inputs only (C1 runtime/, C2 launch-<pid>/runtime/)."""
     root = os.path.join(workdir, SNAPSHOT_DIR)
     if os.path.isdir(root):
         runs = sorted((n for n in os.listdir(root) if n.isdigit()), key=int)
         return [(os.path.join(root, r, "before"), os.path.join(root, r, "after")) for r in runs]
-    return [(os.path.join(workdir, RUNTIME_DIR), None)]
+    launches = sorted(glob.glob(os.path.join(workdir, LAUNCH_DIRS, RUNTIME_DIR)))
+    return [(path, None) for path in launches] or [(os.path.join(workdir, RUNTIME_DIR), None)]
 
 
 def convert_workdirs(workdirs: list, capture_dir: str, *, generation: str | None = None) -> list:
@@ -246,16 +259,41 @@ def first_divergent_kernel(capture_dir: str) -> dict | None:
 def snapshot_spike_run(command_args, phase: str) -> None:
     """Copy runtime/*.raw of the workdir a Spike command names, before or after it runs."""
     for workdir in _workdirs_named(command_args):
-        runtime = os.path.join(workdir, RUNTIME_DIR)
-        if not os.path.isdir(runtime):
-            continue
-        root = os.path.join(workdir, SNAPSHOT_DIR)
-        os.makedirs(root, exist_ok=True)
-        existing = sorted(int(n) for n in os.listdir(root) if n.isdigit())
-        last = existing[-1] if existing else -1
-        run = last + 1 if phase == "before" else max(last, 0)
-        target = os.path.join(root, str(run), phase)
-        shutil.copytree(runtime, target, dirs_exist_ok=True)
+        snapshot_runtime(workdir, os.path.join(workdir, RUNTIME_DIR), phase)
+
+
+def snapshot_runtime(workdir: str, runtime: str, phase: str) -> None:
+    """Copy the launch's .raw files in `runtime` into the workdir's next (before) or
+    current (after) recorded run."""
+    if not os.path.isdir(runtime):
+        return
+    root = os.path.join(workdir, SNAPSHOT_DIR)
+    os.makedirs(root, exist_ok=True)
+    existing = sorted(int(n) for n in os.listdir(root) if n.isdigit())
+    last = existing[-1] if existing else -1
+    run = last + 1 if phase == "before" else max(last, 0)
+    target = os.path.join(root, str(run), phase)
+    os.makedirs(target, exist_ok=True)
+    for name in os.listdir(runtime):
+        if name.endswith(".raw") and os.path.isfile(os.path.join(runtime, name)):
+            shutil.copyfile(os.path.join(runtime, name), os.path.join(target, name))
+
+
+def wrap_launch(launch):
+    """`spike_run.launch(obj_dir, manifest, runtime, ...)` that records its inputs and
+    outputs in obj_dir (the kernel workdir) around the whole grid, however many Spike
+    processes the grid is split over."""
+    if getattr(launch, "torchsim_diff_wrapped", False):
+        return launch
+
+    def recorded(obj_dir, manifest, runtime, *args, **kwargs):
+        snapshot_runtime(obj_dir, runtime, "before")
+        try:
+            return launch(obj_dir, manifest, runtime, *args, **kwargs)
+        finally:
+            snapshot_runtime(obj_dir, runtime, "after")
+    recorded.torchsim_diff_wrapped = True
+    return recorded
 
 
 def clear_snapshots(dump_path: str) -> None:
