@@ -5,7 +5,10 @@
     ... def test_something(case): ...
 
 Every draw goes through Hypothesis, so shrinking works on the graph itself: fewer nodes,
-earlier ops in the registry, smaller shapes, simpler layouts (contiguous first), seed 0.
+smaller shapes, simpler layouts (contiguous first), ordinary values and sizes. Ops are
+picked by a coverage schedule (`CoverageSchedule`) so that every op gets its share; a
+per-case switch puts a minority of cases in a value tail (`values.TAILS`) or the size
+tail (`ODD_SIZES`).
 Operands are picked from values already in the graph or made as new inputs; each new
 input gets a layout drawn from the layout classes and lives in guarded storage. Result
 shapes come from running the emitted code on meta tensors, so no shape rule is written
@@ -13,7 +16,9 @@ twice.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
+import random
 
 import torch
 from hypothesis import strategies as st
@@ -23,7 +28,14 @@ from torchsim_diff.graph import SCHEMA, Case
 from torchsim_diff.ops import FAMILIES, all_ops, ops_in
 
 SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33, 64, 129)
+# The size tail: just above powers of two and block sizes (masked tails, remainder loops),
+# and matmul K values that are no multiple of 8, 16 or 32.
+ODD_SIZES = (9, 17, 23, 33, 47, 65, 129)
 MAX_NUMEL = 4096
+# Per-case switches; most cases stay ordinary so that the tails do not crowd out the rest.
+VALUE_TAIL_PERCENT = 20
+SIZE_TAIL_PERCENT = 25
+VALUE_TAILS = ("near_overflow", "denormal", "signed_zero", "ties", "cancellation")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 INT_DTYPES = ("int32", "int64")
 # A value domain satisfies a requirement when it is a subset of it.
@@ -35,7 +47,7 @@ SATISFIES = {
     "bool": {"bool"},
 }
 VIEW_OPS = {"transpose", "permute", "reshape", "view", "slice", "narrow", "expand", "unsqueeze",
-            "squeeze", "contiguous"}
+            "squeeze", "contiguous", "select"}
 
 
 class InvalidArgument(TypeError):
@@ -56,9 +68,11 @@ class Value:
 class GraphBuilder:
     """What an op's `build` uses to draw operands and attributes."""
 
-    def __init__(self, draw, *, dtype: str, max_numel: int, layout_classes):
+    def __init__(self, draw, *, dtype: str, max_numel: int, layout_classes, value_tail=None,
+                 odd_sizes: bool = False):
         self.draw, self.dtype, self.max_numel = draw, dtype, max_numel
         self.layout_classes = layout_classes
+        self.value_tail, self.odd_sizes = value_tail, odd_sizes
         self.inputs: list = []
         self.nodes: list = []
         self.values: dict = {}
@@ -80,7 +94,9 @@ class GraphBuilder:
 
     def draw_size(self, scale: int = 1) -> int:
         """A dimension size such that `scale * size` stays within the element budget."""
-        allowed = [s for s in SIZES if s * max(scale, 1) <= self.max_numel] or [1]
+        sizes = ODD_SIZES if self.odd_sizes and self.draw_bool(0.7) else SIZES
+        allowed = [s for s in sizes if s * max(scale, 1) <= self.max_numel]
+        allowed = allowed or [s for s in SIZES if s * max(scale, 1) <= self.max_numel] or [1]
         return self.draw_choice(allowed)
 
     def draw_shape(self, min_rank: int = 0, max_rank: int = 4, scale: int = 1) -> list:
@@ -91,6 +107,10 @@ class GraphBuilder:
             shape.append(size)
             numel *= size
         return shape
+
+    def draw_subset(self, lo: int, hi: int, *, min_size: int = 0, max_size: int | None = None) -> list:
+        """A sorted list of distinct integers in [lo, hi]."""
+        return sorted(self.draw(st.sets(st.integers(lo, hi), min_size=min_size, max_size=max_size)))
 
     def draw_permutation(self, n: int) -> list:
         return list(self.draw(st.permutations(range(n)))) if n else []
@@ -169,9 +189,17 @@ class GraphBuilder:
         return self._add_input(list(shape), "int64", domain, mutable=False, value_domain="index",
                                distinct_elements=unique)
 
-    def new_input(self, shape, domain: str = "real") -> str:
-        dtype = "bool" if domain == "bool" else self.dtype
-        return self._add_input(list(shape), dtype, {"kind": domain}, mutable=False, value_domain=domain)
+    def new_input(self, shape, domain: str = "real", dtype: str | None = None, tail: bool = True) -> str:
+        """A new input; `dtype` other than the case's makes a mixed-dtype operand;
+        tail=False keeps it out of the case's value tail."""
+        dtype = dtype or ("bool" if domain == "bool" else self.dtype)
+        return self._add_input(list(shape), dtype, self._domain(domain, tail), mutable=False, value_domain=domain)
+
+    def _domain(self, kind: str, tail: bool = True) -> dict:
+        """The value domain of a new input, with the case's value tail when it has one."""
+        if tail and self.value_tail and kind in ("real", "positive", "nonzero", "small"):
+            return {"kind": kind, "tail": self.value_tail}
+        return {"kind": kind}
 
     def mutable_target(self, *, min_rank: int = 0, prefer_view: bool = False):
         """(input name, view attrs or None, written shape) for an in-place write."""
@@ -179,7 +207,7 @@ class GraphBuilder:
         if found and self.draw_bool(0.3):
             name = self.draw_choice(found)
         else:
-            name = self._add_input(self.draw_shape(min_rank, 4), self.dtype, {"kind": "real"},
+            name = self._add_input(self.draw_shape(min_rank, 4), self.dtype, self._domain("real"),
                                    mutable=True, value_domain="real")
         self._avoid = frozenset({name})
         view = self._draw_target_view(self.shape(name), min_rank) if (prefer_view or self.draw_bool(0.4)) else None
@@ -266,8 +294,12 @@ class GraphBuilder:
 
     def case(self, seed: int, special: bool) -> Case:
         outputs = [n["id"] for n in self.nodes if n["id"] not in self.consumed]
+        values = {"seed": seed, "special": special}
+        tails = [t for t in (self.value_tail, "odd_sizes" if self.odd_sizes else None) if t]
+        if tails:
+            values["tails"] = tails
         return Case(dtype=self.dtype, inputs=self.inputs, nodes=self.nodes, outputs=outputs,
-                    values={"seed": seed, "special": special}, schema=SCHEMA)
+                    values=values, schema=SCHEMA)
 
 
 def draw_geometry(b: GraphBuilder, shape, *, aliasing_ok: bool) -> dict:
@@ -364,18 +396,69 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
     """
     chosen = _check_arguments(dtype, min_nodes, max_nodes, ops, families, max_numel, layouts)
     classes = tuple(layouts or layout.LAYOUT_CLASSES)
-    # A third of the nodes pick an op uniformly, two thirds pick a family first: small
-    # families (in-place ops are few but matter most) get their share and every op still
-    # shows up. Shrinking moves towards the first op, a pointwise one.
-    by_family = [[op for op in chosen if op.family == f] for f in FAMILIES]
-    family_first = st.sampled_from([group for group in by_family if group]).flatmap(st.sampled_from)
-    op_strategy = st.one_of(st.sampled_from(chosen), family_first, family_first)
+    schedule = CoverageSchedule(chosen)
+    tails = VALUE_TAILS if dtype in FLOAT_DTYPES else ()
 
     @st.composite
     def _cases(draw):
-        builder = GraphBuilder(draw, dtype=dtype, max_numel=max_numel, layout_classes=classes)
+        seed = draw(st.integers(0, 2**31 - 1))
+        value_tail = _draw_tail(draw, tails)
+        odd_sizes = _switch(draw, SIZE_TAIL_PERCENT)
+        builder = GraphBuilder(draw, dtype=dtype, max_numel=max_numel, layout_classes=classes,
+                               value_tail=value_tail, odd_sizes=odd_sizes)
+        tickets = (seed,)
         for _ in range(draw(st.integers(min_nodes, max_nodes))):
-            builder.add_node(draw(op_strategy))
-        return builder.case(seed=draw(st.integers(0, 2**31 - 1)), special=special_values)
+            tickets += (draw(st.integers(0, 2**32 - 1)),)
+            builder.add_node(schedule.op_for(tickets))
+        case = builder.case(seed=seed, special=special_values)
+        schedule.record(case)
+        return case
 
     return _cases()
+
+
+def _switch(draw, percent: int) -> bool:
+    """True in about `percent`% of draws; shrinks to False (the ordinary case)."""
+    return draw(st.integers(0, 99)) >= 100 - percent
+
+
+def _draw_tail(draw, tails):
+    return draw(st.sampled_from(tails)) if tails and _switch(draw, VALUE_TAIL_PERCENT) else None
+
+
+class CoverageSchedule:
+    """Coverage-guided op choice, in place of `sampled_from` (whose pull towards the first
+    op made relu a fifth of all nodes and left a dozen ops undrawn).
+
+    Node k of a case is keyed by its ticket: the case seed and the node tickets drawn so
+    far. A key seen for the first time gets the op drawn least so far in this strategy's
+    life (ties broken by the key), or, for one key in RANDOM_SHARE, any op, so that ops
+    still meet at random. Hypothesis repeats small and recent choices often; chaining the
+    tickets keeps most keys new, so rare ops catch up within a campaign.
+
+    A key keeps its op, so replaying a drawn case (Hypothesis's final replay of a failure,
+    a shrink step that drops trailing nodes or shrinks shapes) builds the same graph; a
+    shrink step that changes a ticket tries other ops from that node on. Keys live as
+    long as the strategy: a case is reproduced from its JSON, not from the database.
+    """
+
+    RANDOM_SHARE = 0.2
+
+    def __init__(self, ops):
+        self.ops = list(ops)
+        self.counts = collections.Counter()
+        self._ops_by_ticket: dict = {}
+
+    def op_for(self, ticket: tuple):
+        if ticket not in self._ops_by_ticket:
+            rng = random.Random(str(ticket))
+            if rng.random() < self.RANDOM_SHARE:
+                op = rng.choice(self.ops)
+            else:
+                op = min(self.ops, key=lambda o: (self.counts[o.name], rng.random()))
+            self._ops_by_ticket[ticket] = op
+            self.counts[op.name] += 1      # provisional, so the next new ticket takes another
+        return self._ops_by_ticket[ticket]
+
+    def record(self, case) -> None:
+        self.counts.update(node["op"] for node in case.nodes)

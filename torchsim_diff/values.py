@@ -9,6 +9,7 @@ Worker-side module: standard library and torch only.
 from __future__ import annotations
 
 import base64
+import math
 
 import torch
 
@@ -22,6 +23,17 @@ FLOAT_RANGES = {
 }
 INT_RANGES = {"real": (-5, 5), "positive": (1, 5), "nonzero": (1, 5), "small": (-2, 2)}
 SPECIAL_SHARE = 0.15
+# Value tails (a case's inputs carry `"tail": name` in their domain): where compilers break.
+# Each names the domains it may enter without leaving them (log keeps positives, div keeps
+# divisors away from zero).
+TAIL_SHARE = 0.3
+TAIL_DOMAINS = {
+    "near_overflow": {"real", "positive", "nonzero"},
+    "denormal": {"real", "positive", "nonzero", "small"},
+    "signed_zero": {"real", "small"},
+    "ties": {"real", "positive", "nonzero", "small"},
+    "cancellation": {"real"},
+}
 
 
 def stream_seed(seed: int, position: int) -> int:
@@ -40,19 +52,75 @@ def draw(domain: dict, shape, dtype: torch.dtype, gen: torch.Generator,
     if kind == "bool":
         return torch.rand(tuple(shape), generator=gen, dtype=torch.float64) < 0.5
     if dtype.is_floating_point:
-        return _floats(kind, shape, dtype, gen, special)
+        return _floats(kind, shape, dtype, gen, special, domain.get("tail"))
     return _ints(kind, shape, dtype, gen)
 
 
-def _floats(kind, shape, dtype, gen, special):
+def _floats(kind, shape, dtype, gen, special, tail=None):
     lo, hi = FLOAT_RANGES[kind]
     x = torch.rand(tuple(shape), generator=gen, dtype=torch.float64) * (hi - lo) + lo
     if kind == "nonzero":
         sign = torch.rand(tuple(shape), generator=gen, dtype=torch.float64) < 0.5
         x = torch.where(sign, -x, x)
+    if tail:
+        x = _tail(tail, kind, x, dtype, gen)
     if special:
         x = _sprinkle_specials(x, dtype, gen)
     return x.to(dtype)
+
+
+def _tail(tail: str, kind: str, x: torch.Tensor, dtype: torch.dtype, gen) -> torch.Tensor:
+    if tail not in TAIL_DOMAINS:
+        raise ValueError(f"value tail {tail!r} is unknown; expected one of {sorted(TAIL_DOMAINS)}")
+    if kind not in TAIL_DOMAINS[tail]:
+        return x
+    return _TAILS[tail](x, kind, torch.finfo(dtype), gen)
+
+
+def _some(x: torch.Tensor, gen) -> torch.Tensor:
+    return torch.rand(x.shape, generator=gen, dtype=torch.float64) < TAIL_SHARE
+
+
+def _signs(x: torch.Tensor, kind: str, gen) -> torch.Tensor:
+    if kind == "positive":
+        return torch.ones_like(x)
+    return torch.where(torch.rand(x.shape, generator=gen, dtype=torch.float64) < 0.5, -1.0, 1.0)
+
+
+def _near_overflow(x, kind, info, gen):
+    """Magnitudes at the edges of the dtype: exp's overflow threshold, the square root of
+    the largest value (products, squares, norms) and a quarter of it (sums)."""
+    edges = torch.tensor([math.log(info.max), math.log(info.max) * 0.98, math.sqrt(info.max),
+                          info.max / 4], dtype=torch.float64)
+    pick = edges[torch.randint(0, len(edges), x.shape, generator=gen)]
+    return torch.where(_some(x, gen), pick * _signs(x, kind, gen), x)
+
+
+def _denormal(x, kind, info, gen):
+    """Subnormal magnitudes (flush-to-zero, denormal-unsafe fast paths)."""
+    tiny = info.smallest_normal * torch.rand(x.shape, generator=gen, dtype=torch.float64).clamp_min(1 / 64)
+    return torch.where(_some(x, gen), tiny * _signs(x, kind, gen), x)
+
+
+def _signed_zero(x, kind, info, gen):
+    zeros = torch.where(torch.rand(x.shape, generator=gen, dtype=torch.float64) < 0.5, -0.0, 0.0)
+    return torch.where(_some(x, gen), zeros, x)
+
+
+def _ties(x, kind, info, gen):
+    """Values on a coarse grid: many ties for max/argmax/sort/topk."""
+    grid = torch.round(x * 2) / 2
+    return grid.clamp_min(0.5) if kind == "positive" else grid
+
+
+def _cancellation(x, kind, info, gen):
+    """Large values of both signs plus small ones: sums cancel almost everything."""
+    big = 2.0 ** (round(-math.log2(info.eps)) // 2 + 3)
+    return x + big * _signs(x, kind, gen)
+
+
+_TAILS = {"near_overflow": _near_overflow, "denormal": _denormal, "signed_zero": _signed_zero,
+          "ties": _ties, "cancellation": _cancellation}
 
 
 def _sprinkle_specials(x: torch.Tensor, dtype: torch.dtype, gen) -> torch.Tensor:

@@ -33,7 +33,7 @@ class OpSpec:
     family: one of FAMILIES (fuzz suites are split by family).
     emit: (argument expressions, attrs) -> Python expression using `torch`.
     build: (builder) -> (argument refs, attrs): draws operands and attributes.
-    dtypes: "float" (float cases only), "any" (also integer cases).
+    dtypes: "float" (float cases only), "any" (also integer cases), "int" (integer cases only).
     mutates: True when the node writes into its first argument (an input or a view of one).
     result_domain: value domain of the result ("real", "positive", ...), so downstream
         domain-restricted ops (log, sqrt) may consume it.
@@ -48,7 +48,8 @@ class OpSpec:
     result_domain: str = "real"
 
     def supports(self, dtype: str) -> bool:
-        return self.dtypes == "any" or dtype.startswith(("float", "bfloat"))
+        is_float = dtype.startswith(("float", "bfloat"))
+        return self.dtypes == "any" or (self.dtypes == "float") == is_float
 
 
 _REGISTRY: dict = {}
@@ -64,9 +65,10 @@ def register(spec: OpSpec) -> OpSpec:
 
 
 def _load_families() -> None:
-    # Registry order is shrink order: Hypothesis prefers earlier ops, so simple ones go first.
+    # Registry order is listing order; which op a node gets is the coverage schedule's choice.
     import importlib
-    for family in ("pointwise", "reductions", "normalization", "matmul", "views", "indexing", "inplace"):
+    for family in ("pointwise", "bitwise", "conversions", "reductions", "scans", "normalization", "matmul",
+                   "convolution", "views", "shapes", "indexing", "scatter", "inplace"):
         importlib.import_module(f"torchsim_diff.ops.{family}")
 
 

@@ -43,3 +43,51 @@ register(OpSpec("mm", "matmul", lambda a, k: call("torch.mm", a), _build_mm))
 register(OpSpec("bmm", "matmul", lambda a, k: call("torch.bmm", a), _build_bmm))
 register(OpSpec("addmm", "matmul", lambda a, k: call("torch.addmm", a), _build_addmm))
 register(OpSpec("matmul", "matmul", lambda a, k: call("torch.matmul", a), _build_matmul))
+
+
+def _build_batched_add(batched: bool):
+    def build(b):
+        b1 = b.value(exact_rank=3)
+        batch, n, m = b.shape(b1)
+        b2 = b.value_of_shape([batch, m, b.draw_size(scale=batch * max(n, m))])
+        p = b.shape(b2)[2]
+        bias = b.broadcastable_to([batch, n, p] if batched else [n, p])
+        return [bias, b1, b2], {"beta": b.draw_choice([1.0, 0.5, 0.0]), "alpha": b.draw_choice([1.0, -0.5, 2.0])}
+    return build
+
+
+register(OpSpec("baddbmm", "matmul", lambda a, k: call("torch.baddbmm", a, beta=k["beta"], alpha=k["alpha"]),
+                _build_batched_add(True)))
+register(OpSpec("addbmm", "matmul", lambda a, k: call("torch.addbmm", a, beta=k["beta"], alpha=k["alpha"]),
+                _build_batched_add(False)))
+
+
+def _build_linear(b):
+    x = b.value(min_rank=1, max_rank=3)
+    features = b.shape(x)[-1]
+    out = b.draw_size(scale=max(b.numel(x), features))
+    args = [x, b.value_of_shape([out, features])]
+    if b.draw_bool():
+        args.append(b.value_of_shape([out]))
+    return args, {}
+
+
+register(OpSpec("linear", "matmul", lambda a, k: call("torch.nn.functional.linear", a), _build_linear))
+
+# Contractions users write with einsum: matmul, batched and attention-shaped products,
+# row-wise dots, outer products, diagonals and sums over an axis.
+EINSUM_EQUATIONS = ("ij,jk->ik", "bij,bjk->bik", "ij,ij->i", "i,j->ij", "ij->ji", "ii->i",
+                    "bhqd,bhkd->bhqk", "ijk->ik", "ij,kj->ik")
+
+
+def _build_einsum(b):
+    equation = b.draw_choice(EINSUM_EQUATIONS)
+    operands = equation.split("->")[0].split(",")
+    sizes, numel = {}, 1
+    for letter in sorted(set("".join(operands))):
+        sizes[letter] = b.draw_size(scale=numel)
+        numel *= sizes[letter]
+    return [b.value_of_shape([sizes[c] for c in term]) for term in operands], {"equation": equation}
+
+
+register(OpSpec("einsum", "matmul", lambda a, k: f"torch.einsum({k['equation']!r}, {', '.join(a)})", _build_einsum))

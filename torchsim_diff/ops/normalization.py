@@ -36,3 +36,42 @@ def _emit_layer_norm(args, attrs):
 
 
 register(OpSpec("layer_norm", "normalization", _emit_layer_norm, _build_layer_norm))
+
+
+def _build_group_norm(b):
+    x = b.value(min_rank=2, max_rank=4)
+    if b.numel(x) < 2:
+        x = b.new_input([2, *b.shape(x)[1:]])
+    channels = b.shape(x)[1]
+    # torch refuses a group holding a single value
+    groups = b.draw_choice([g for g in range(1, channels + 1) if channels % g == 0 and b.numel(x) // g > 1])
+    args = [x]
+    if b.draw_bool():
+        args += [b.value_of_shape([channels]), b.value_of_shape([channels])]
+    return args, {"num_groups": groups}
+
+
+def _emit_group_norm(args, attrs):
+    weights = {"weight": args[1], "bias": args[2]} if len(args) == 3 else {}
+    parts = [args[0], str(attrs["num_groups"])] + [f"{k}={v}" for k, v in weights.items()]
+    return f"torch.nn.functional.group_norm({', '.join(parts)})"
+
+
+register(OpSpec("group_norm", "normalization", _emit_group_norm, _build_group_norm))
+
+
+def _build_rms_norm(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    normalized = list(shape[-b.draw_int(1, min(len(shape), 2)):])
+    args = [x, b.value_of_shape(normalized)] if b.draw_bool() else [x]
+    return args, {"normalized_shape": normalized, "eps": b.draw_choice([1e-6, 1e-5])}
+
+
+def _emit_rms_norm(args, attrs):
+    shape = repr(tuple(attrs["normalized_shape"]))
+    weight = [args[1]] if len(args) == 2 else ["None"]
+    return call("torch.nn.functional.rms_norm", [args[0], shape, *weight], eps=attrs["eps"])
+
+
+register(OpSpec("rms_norm", "normalization", _emit_rms_norm, _build_rms_norm))

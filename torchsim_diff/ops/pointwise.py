@@ -1,17 +1,17 @@
-"""Unary and binary pointwise ops (binary ones broadcast)."""
+"""Unary, binary and ternary pointwise ops (operands broadcast), clamps and interpolation."""
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
 
 
-def _unary(name, fn, *, domain="real", dtypes="float", result_domain="real"):
+def unary(name, fn, *, domain="real", dtypes="float", result_domain="real"):
     def build(b):
         return [b.value(domain=domain)], {}
     register(OpSpec(name, "pointwise", lambda a, k: call(fn, a), build, dtypes=dtypes,
                     result_domain=result_domain))
 
 
-def _binary(name, fn, *, lhs="real", rhs="real", dtypes="float", result_domain="real"):
+def binary(name, fn, *, lhs="real", rhs="real", dtypes="float", result_domain="real"):
     def build(b):
         x = b.value(domain=lhs)
         y = b.broadcastable_to(b.shape(x), domain=rhs)
@@ -37,8 +37,14 @@ for _name, _fn, _dom, _dt, _res in [
     ("sin", "torch.sin", "real", "float", "real"),
     ("cos", "torch.cos", "real", "float", "real"),
     ("reciprocal", "torch.reciprocal", "nonzero", "float", "nonzero"),
+    ("floor", "torch.floor", "real", "float", "real"),
+    ("round", "torch.round", "real", "float", "real"),
+    ("expm1", "torch.expm1", "real", "float", "real"),
+    ("log1p", "torch.log1p", "positive", "float", "real"),
+    ("hardswish", "torch.nn.functional.hardswish", "real", "float", "real"),
+    ("elu", "torch.nn.functional.elu", "real", "float", "real"),
 ]:
-    _unary(_name, _fn, domain=_dom, dtypes=_dt, result_domain=_res)
+    unary(_name, _fn, domain=_dom, dtypes=_dt, result_domain=_res)
 
 for _name, _fn, _lhs, _rhs, _dt in [
     ("add", "torch.add", "real", "real", "any"),
@@ -49,11 +55,14 @@ for _name, _fn, _lhs, _rhs, _dt in [
     ("minimum", "torch.minimum", "real", "real", "any"),
     ("pow", "torch.pow", "positive", "small", "float"),
     ("fmod", "torch.fmod", "real", "nonzero", "float"),
+    ("remainder", "torch.remainder", "real", "nonzero", "any"),
+    ("floor_divide", "torch.floor_divide", "real", "nonzero", "any"),
+    ("atan2", "torch.atan2", "real", "real", "float"),
 ]:
-    _binary(_name, _fn, lhs=_lhs, rhs=_rhs, dtypes=_dt)
+    binary(_name, _fn, lhs=_lhs, rhs=_rhs, dtypes=_dt)
 
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
-    _binary(_name, f"torch.{_name}", dtypes="any", result_domain="bool")
+    binary(_name, f"torch.{_name}", dtypes="any", result_domain="bool")
 
 
 def _build_where(b):
@@ -64,3 +73,81 @@ def _build_where(b):
 
 
 register(OpSpec("where", "pointwise", lambda a, k: call("torch.where", a), _build_where, dtypes="any"))
+
+
+def _bounds(b):
+    """(low, high) clamp bounds for the case dtype; either may be None, and low > high
+    happens (torch then returns high everywhere)."""
+    pool = [-1, 0, 1, 2] if b.dtype.startswith("int") else [-1.5, -0.5, 0.0, 0.25, 1.0]
+    low = b.draw_choice(pool) if b.draw_bool(0.8) else None
+    high = b.draw_choice(pool) if low is None or b.draw_bool(0.7) else None
+    return low, high
+
+
+def _build_clamp(b):
+    low, high = _bounds(b)
+    return [b.value()], {"min": low, "max": high}
+
+
+register(OpSpec("clamp", "pointwise", lambda a, k: call("torch.clamp", a, min=k["min"], max=k["max"]),
+                _build_clamp, dtypes="any"))
+
+
+def _build_clamp_tensor(b):
+    x = b.value()
+    return [x, b.broadcastable_to(b.shape(x)), b.broadcastable_to(b.shape(x))], {}
+
+
+register(OpSpec("clamp_tensor", "pointwise", lambda a, k: call("torch.clamp", a), _build_clamp_tensor,
+                dtypes="any"))
+
+
+def _build_hardtanh(b):
+    low = b.draw_choice([-1.0, -0.5, 0.0])
+    return [b.value()], {"min_val": low, "max_val": low + b.draw_choice([0.5, 1.0, 2.0])}
+
+
+register(OpSpec("hardtanh", "pointwise",
+                lambda a, k: call("torch.nn.functional.hardtanh", a, min_val=k["min_val"], max_val=k["max_val"]),
+                _build_hardtanh))
+
+
+def _build_leaky_relu(b):
+    return [b.value()], {"negative_slope": b.draw_choice([0.01, 0.2, -0.5, 1.5])}
+
+
+register(OpSpec("leaky_relu", "pointwise",
+                lambda a, k: call("torch.nn.functional.leaky_relu", a, negative_slope=k["negative_slope"]),
+                _build_leaky_relu))
+
+
+def _build_lerp(b):
+    x = b.value()
+    end = b.broadcastable_to(b.shape(x))
+    if b.draw_bool():
+        return [x, end], {"weight": b.draw_choice([0.0, 0.25, 0.5, 1.0, 1.5])}
+    return [x, end, b.broadcastable_to(b.shape(x), domain="small")], {}
+
+
+def _emit_lerp(args, attrs):
+    if "weight" in attrs:
+        return call("torch.lerp", args, weight=attrs["weight"])
+    return call("torch.lerp", args)
+
+
+register(OpSpec("lerp", "pointwise", _emit_lerp, _build_lerp))
+
+
+def _build_addc(divisor_domain):
+    def build(b):
+        x = b.value()
+        t1 = b.broadcastable_to(b.shape(x))
+        t2 = b.broadcastable_to(b.shape(x), domain=divisor_domain)
+        return [x, t1, t2], {"value": b.draw_choice([1.0, 0.5, -2.0])}
+    return build
+
+
+register(OpSpec("addcmul", "pointwise", lambda a, k: call("torch.addcmul", a, value=k["value"]),
+                _build_addc("real")))
+register(OpSpec("addcdiv", "pointwise", lambda a, k: call("torch.addcdiv", a, value=k["value"]),
+                _build_addc("nonzero")))

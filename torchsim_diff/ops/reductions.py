@@ -62,11 +62,39 @@ def _build_var(b):
     return [x], attrs
 
 
-def _emit_var(args, attrs):
-    kwargs = {"correction": attrs["correction"], "keepdim": attrs["keepdim"]}
-    if "dim" in attrs:
-        kwargs = {"dim": tuple(attrs["dim"]), **kwargs}
-    return call("torch.var", args, **kwargs)
+def _emit_var_like(fn):
+    def emit(args, attrs):
+        kwargs = {"correction": attrs["correction"], "keepdim": attrs["keepdim"]}
+        if "dim" in attrs:
+            kwargs = {"dim": tuple(attrs["dim"]), **kwargs}
+        return call(fn, args, **kwargs)
+    return emit
 
 
-register(OpSpec("var", "reduction", _emit_var, _build_var, result_domain="real"))
+register(OpSpec("var", "reduction", _emit_var_like("torch.var"), _build_var, result_domain="real"))
+
+
+register(OpSpec("std", "reduction", _emit_var_like("torch.std"), _build_var))
+register(OpSpec("argmin", "reduction", _emit_one("torch.argmin"), _build_one_dim, dtypes="any",
+                result_domain="index"))
+
+
+def _build_logsumexp(b):
+    x = b.value(min_rank=1)
+    dims = b.reduction_dims(len(b.shape(x))) or list(range(len(b.shape(x))))
+    return [x], {"dim": dims, "keepdim": b.draw_bool()}
+
+
+register(OpSpec("logsumexp", "reduction",
+                lambda a, k: call("torch.logsumexp", a, dim=tuple(k["dim"]), keepdim=k["keepdim"]),
+                _build_logsumexp))
+
+
+def _build_max_dim(b):
+    x = b.value(min_rank=1)
+    return [x], {"dim": b.draw_int(0, len(b.shape(x)) - 1), "keepdim": b.draw_bool()}
+
+
+register(OpSpec("max_dim", "reduction",
+                lambda a, k: f"{call('torch.max', a, dim=k['dim'], keepdim=k['keepdim'])}.values",
+                _build_max_dim, dtypes="any", result_domain="same"))

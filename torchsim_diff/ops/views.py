@@ -117,12 +117,16 @@ _register("squeeze", lambda a, k: call("torch.squeeze", a, dim=k["dim"]), _build
 
 
 def _build_cat(b):
+    """2-5 operands, each with its own size along the dim."""
     x = b.value(min_rank=1)
     shape = list(b.shape(x))
     dim = b.draw_int(0, len(shape) - 1)
-    other = list(shape)
-    other[dim] = b.draw_size(scale=b.numel(x) // max(shape[dim], 1))
-    return [x, b.value_of_shape(other)], {"dim": dim}
+    operands = [x]
+    for _ in range(b.draw_int(1, 4)):
+        other = list(shape)
+        other[dim] = b.draw_size(scale=b.numel(x) // max(shape[dim], 1))
+        operands.append(b.value_of_shape(other))
+    return operands, {"dim": dim}
 
 
 _register("cat", lambda a, k: f"torch.cat([{', '.join(a)}], dim={k['dim']})", _build_cat,

@@ -1,0 +1,61 @@
+"""Type conversions and mixed-dtype arithmetic (type promotion).
+
+Operands of another dtype are new inputs: a conversion of a computed value would turn a
+last-bit difference that the oracle allows into a different integer.
+"""
+from __future__ import annotations
+
+from torchsim_diff.ops import OpSpec, call, register
+
+# The other float dtype a case meets: never the case's own, and float32 where a
+# promotion should widen.
+OTHER_FLOAT = {"float32": "float16", "float16": "float32", "bfloat16": "float16"}
+ROUND_TRIP = {"float32": "float16", "float16": "bfloat16", "bfloat16": "float16"}
+
+
+def _register(name, emit, build, dtypes="float"):
+    register(OpSpec(name, "pointwise", emit, build, dtypes=dtypes))
+
+
+def _build_to_int32(b):
+    return [b.new_input(b.draw_shape(), tail=False)], {}
+
+
+# Out-of-range floats (and NaN) make float-to-int conversion undefined in C++: clamp first.
+_register("to_int32", lambda a, k: f"{a[0]}.nan_to_num(0.0).clamp(-1e4, 1e4).to(torch.int32)",
+          _build_to_int32)
+
+
+def _build_to_float(b):
+    return [b.value()], {"dtype": b.draw_choice(["float32", "float16"])}
+
+
+_register("to_float", lambda a, k: f"{a[0]}.to(torch.{k['dtype']})", _build_to_float, dtypes="int")
+
+
+def _build_round_trip(b):
+    return [b.value()], {"via": ROUND_TRIP[b.dtype]}
+
+
+_register("cast_round_trip", lambda a, k: f"{a[0]}.to(torch.{k['via']}).to({a[0]}.dtype)", _build_round_trip)
+
+
+def _build_add_int(b):
+    x = b.value()
+    return [x, b.new_input(_broadcast_shape(b, b.shape(x)), dtype=b.draw_choice(["int32", "int64"]))], {}
+
+
+_register("add_int_tensor", lambda a, k: call("torch.add", a), _build_add_int)
+
+
+def _build_mul_mixed(b):
+    x = b.value()
+    other = b.new_input(_broadcast_shape(b, b.shape(x)), dtype=OTHER_FLOAT[b.dtype])
+    return ([other, x] if b.draw_bool() else [x, other]), {}
+
+
+_register("mul_mixed_float", lambda a, k: call("torch.mul", a), _build_mul_mixed)
+
+
+def _broadcast_shape(b, shape) -> list:
+    return [1 if b.draw_bool(0.3) else s for s in shape]

@@ -1,0 +1,105 @@
+"""Convolutions (strided, dilated, grouped), pooling and interpolation over (N, C, spatial...)."""
+from __future__ import annotations
+
+from torchsim_diff.ops import OpSpec, call, register
+
+
+def _register(name, emit, build):
+    register(OpSpec(name, "matmul", emit, build))
+
+
+def _window(b, size: int) -> dict:
+    """Kernel, stride, padding and dilation that fit a spatial extent of `size`."""
+    dilation = b.draw_int(1, 2) if size >= 3 else 1
+    kernel = b.draw_int(1, max(1, min(5, (size - 1) // dilation + 1)))
+    return {"kernel": kernel, "stride": b.draw_int(1, 3), "padding": b.draw_int(0, kernel // 2),
+            "dilation": dilation}
+
+
+def _build_conv(spatial: int):
+    def build(b):
+        x = b.value(exact_rank=2 + spatial)
+        channels = b.shape(x)[1]
+        sizes = b.shape(x)[2:]
+        groups = b.draw_choice([g for g in (1, 2, 3, 4) if channels % g == 0])
+        out_channels = groups * b.draw_int(1, 3)
+        windows = [_window(b, s) for s in sizes]
+        kernel = [w["kernel"] for w in windows]
+        args = [x, b.value_of_shape([out_channels, channels // groups, *kernel])]
+        if b.draw_bool():
+            args.append(b.value_of_shape([out_channels]))
+        attrs = {k: [w[k] for w in windows] for k in ("stride", "padding", "dilation")}
+        return args, {**attrs, "groups": groups}
+    return build
+
+
+def _emit_conv(fn):
+    def emit(args, attrs):
+        bias = args[2] if len(args) == 3 else "None"
+        return call(fn, [args[0], args[1], bias], stride=tuple(attrs["stride"]), padding=tuple(attrs["padding"]),
+                    dilation=tuple(attrs["dilation"]), groups=attrs["groups"])
+    return emit
+
+
+_register("conv1d", _emit_conv("torch.nn.functional.conv1d"), _build_conv(1))
+_register("conv2d", _emit_conv("torch.nn.functional.conv2d"), _build_conv(2))
+
+
+def _build_pool(spatial: int, dilated: bool):
+    def build(b):
+        x = b.value(min_rank=1 + spatial, max_rank=2 + spatial)
+        windows = [_window(b, s) for s in b.shape(x)[-spatial:]]
+        attrs = {k: [w[k] for w in windows] for k in ("kernel", "stride", "padding")}
+        if dilated:
+            attrs["dilation"] = [w["dilation"] for w in windows]
+        return [x], {**attrs, "ceil_mode": b.draw_bool()}
+    return build
+
+
+def _emit_max_pool(fn):
+    def emit(args, attrs):
+        return call(fn, args, kernel_size=tuple(attrs["kernel"]), stride=tuple(attrs["stride"]),
+                    padding=tuple(attrs["padding"]), dilation=tuple(attrs["dilation"]), ceil_mode=attrs["ceil_mode"])
+    return emit
+
+
+def _emit_avg_pool(args, attrs):
+    return call("torch.nn.functional.avg_pool2d", args, kernel_size=tuple(attrs["kernel"]),
+                stride=tuple(attrs["stride"]), padding=tuple(attrs["padding"]), ceil_mode=attrs["ceil_mode"])
+
+
+_register("max_pool1d", _emit_max_pool("torch.nn.functional.max_pool1d"), _build_pool(1, dilated=True))
+_register("max_pool2d", _emit_max_pool("torch.nn.functional.max_pool2d"), _build_pool(2, dilated=True))
+_register("avg_pool2d", _emit_avg_pool, _build_pool(2, dilated=False))
+
+
+def _build_adaptive(b):
+    x = b.value(min_rank=3, max_rank=4)
+    return [x], {"output_size": [b.draw_int(1, s) for s in b.shape(x)[-2:]]}
+
+
+_register("adaptive_avg_pool2d",
+          lambda a, k: call("torch.nn.functional.adaptive_avg_pool2d", a, output_size=tuple(k["output_size"])),
+          _build_adaptive)
+
+# mode -> spatial rank of the input it takes
+INTERPOLATE_MODES = {"nearest": 2, "bilinear": 2, "linear": 1, "nearest-exact": 1}
+
+
+def _build_interpolate(b):
+    mode = b.draw_choice(list(INTERPOLATE_MODES))
+    x = b.value(exact_rank=2 + INTERPOLATE_MODES[mode])
+    budget = max(1, b.max_numel // max(1, b.numel(x)))
+    size = [b.draw_int(1, min(2 * s + 3, s * budget)) for s in b.shape(x)[2:]]
+    attrs = {"size": size, "mode": mode}
+    if mode in ("bilinear", "linear"):
+        attrs["align_corners"] = b.draw_bool()
+    return [x], attrs
+
+
+def _emit_interpolate(args, attrs):
+    extra = {"align_corners": attrs["align_corners"]} if "align_corners" in attrs else {}
+    return call("torch.nn.functional.interpolate", args, size=tuple(attrs["size"]), mode=attrs["mode"], **extra)
+
+
+_register("interpolate", _emit_interpolate, _build_interpolate)

@@ -1,0 +1,86 @@
+"""Ops that move elements without arithmetic: flip, roll, tril/triu, stack, split and
+chunk (every piece used), select."""
+from __future__ import annotations
+
+from torchsim_diff.ops import OpSpec, call, register
+
+
+def _register(name, emit, build, result_domain="same"):
+    register(OpSpec(name, "view", emit, build, dtypes="any", result_domain=result_domain))
+
+
+def _dims(b, rank: int) -> list:
+    return b.draw_subset(0, rank - 1, min_size=1)
+
+
+def _build_flip(b):
+    x = b.value(min_rank=1)
+    return [x], {"dims": _dims(b, len(b.shape(x)))}
+
+
+_register("flip", lambda a, k: call("torch.flip", a, dims=tuple(k["dims"])), _build_flip)
+
+
+def _build_roll(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    dims = _dims(b, len(shape))
+    return [x], {"shifts": [b.draw_int(-shape[d] - 1, shape[d] + 1) for d in dims], "dims": dims}
+
+
+_register("roll", lambda a, k: call("torch.roll", a, shifts=tuple(k["shifts"]), dims=tuple(k["dims"])), _build_roll)
+
+
+def _build_triangle(b):
+    return [b.value(min_rank=2)], {"diagonal": b.draw_int(-2, 2)}
+
+
+_register("tril", lambda a, k: call("torch.tril", a, diagonal=k["diagonal"]), _build_triangle)
+_register("triu", lambda a, k: call("torch.triu", a, diagonal=k["diagonal"]), _build_triangle)
+
+
+def _build_stack(b):
+    x = b.value(max_rank=3)
+    shape = b.shape(x)
+    count = b.draw_int(2, max(2, min(5, b.max_numel // max(1, b.numel(x)))))
+    return [x] + [b.value_of_shape(shape) for _ in range(count - 1)], {"dim": b.draw_int(0, len(shape))}
+
+
+_register("stack", lambda a, k: f"torch.stack([{', '.join(a)}], dim={k['dim']})", _build_stack,
+          result_domain="real")
+
+
+def _build_split(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    dim = b.draw_int(0, len(shape) - 1)
+    size = shape[dim]
+    cuts = b.draw_subset(1, size - 1, max_size=4) if size > 1 else []
+    bounds = [0, *cuts, size]
+    return [x], {"sizes": [hi - lo for lo, hi in zip(bounds, bounds[1:])], "dim": dim}
+
+
+# Every piece is used: the pieces come back in reverse order, each a separate view.
+_register("split", lambda a, k: f"torch.cat(torch.split({a[0]}, {k['sizes']!r}, dim={k['dim']})[::-1], dim={k['dim']})",
+          _build_split)
+
+
+def _build_chunk(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    return [x], {"chunks": b.draw_int(1, 5), "dim": b.draw_int(0, len(shape) - 1)}
+
+
+# chunk's pieces may differ in size along the dim; each is summed over it and restacked.
+_register("chunk", lambda a, k: f"torch.stack([c.sum({k['dim']}) for c in torch.chunk({a[0]}, {k['chunks']}, dim={k['dim']})])",
+          _build_chunk, result_domain="real")
+
+
+def _build_select(b):
+    x = b.value(min_rank=1)
+    shape = b.shape(x)
+    dim = b.draw_int(0, len(shape) - 1)
+    return [x], {"dim": dim, "index": b.draw_int(-shape[dim], shape[dim] - 1)}
+
+
+_register("select", lambda a, k: call("torch.select", a, dim=k["dim"], index=k["index"]), _build_select)
