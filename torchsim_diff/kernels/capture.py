@@ -28,7 +28,9 @@ launch.json:
          "dtype": "float32", "size": [3, 5], "stride": [1, 3], "storage_offset": 2, "span": 15},
         {"name": "xnumel", "kind": "scalar", "dtype": "i32", "value": 15}],
      "buffers": {"buf0": {"dtype": "float32", "nbytes": 80, "graph_input": 0,
-                          "before": "buffers/buf0.before.bin", "after": "buffers/buf0.after.bin"}}}
+                          "before": "buffers/buf0.before.bin", "after": "buffers/buf0.after.bin"}},
+     "bit_exact_with": ["interpreter"]}         # optional: executors whose replay must match
+                                                # bit for bit although they did not make "after"
 
 A buffer is one storage; several arguments may view the same buffer (Inductor passes a
 mutated graph input as both in_ptr and out_ptr). Argument views are in elements of the
@@ -211,7 +213,7 @@ class LaunchRecorder:
                 "numels": {a["name"]: a["value"] for a in args
                            if a["kind"] == "scalar" and re.fullmatch(r"\w*numel", a["name"])},
                 "launch_options": dict(launch.launch_options), "signature": dict(launch.signature),
-                "args": args, "buffers": buffer_meta}
+                "args": args, "buffers": buffer_meta, **getattr(launch, "record_extra", {})}
 
     def _source(self, launch) -> str:
         """The kernel's module source: from the wrapper, its file, or rebuilt from the

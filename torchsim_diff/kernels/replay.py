@@ -132,7 +132,7 @@ def replay_artifact(path: str, *, executor: str = "interpreter", in_child: bool 
 def replay_launch(launch: CapturedLaunch, *, executor: str = "interpreter") -> LaunchReport:
     """Replay one launch in this process and compare with its captured "after" bytes."""
     check_executor(executor)
-    exact = launch.meta.get("executor") == executor
+    exact = launch.meta.get("executor") == executor or executor in launch.meta.get("bit_exact_with", ())
     report = LaunchReport(launch.folder, launch.kernel_name, executor, exact)
     try:
         replayed = run_launch(launch, executor=executor)

@@ -15,6 +15,7 @@ BUILTIN_ROUTES = {
     "triton-cuda": "torchsim_diff.routes.triton:TritonCudaRoute",
     "mlir": "torchsim_diff.routes.mlir:MlirJitRoute",
     "spike": "torchsim_diff.routes.spike:SpikeRoute",
+    "triton-spike": "torchsim_diff.routes.triton_spike.route:TritonSpikeRoute",
     "torchsim-mlir": "torchsim_diff.routes.torchsim:TorchSimMlirRoute",
     "torchsim-triton": "torchsim_diff.routes.torchsim:TorchSimTritonRoute",
 }

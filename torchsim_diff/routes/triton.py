@@ -107,6 +107,12 @@ class _TritonRouteBase(Route):
     def _launcher(self):
         return load_launcher(self.options.get("launcher"))
 
+    def _compile_launcher(self):
+        """The launcher of the compiling (first) run: Inductor's own, so that a launcher under
+        test cannot break compilation; a route whose launcher is its compiler overrides this."""
+        from torchsim_diff.kernels.capture import InductorLauncher
+        return InductorLauncher()
+
     def compile(self, program, example_inputs, ctx) -> Compiled:
         import torch
         compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)
@@ -126,10 +132,10 @@ class _TritonRouteBase(Route):
         """
         import torch
 
-        from torchsim_diff.kernels.capture import InductorLauncher, LaunchRecorder
+        from torchsim_diff.kernels.capture import LaunchRecorder
         from torchsim_diff.routes import triton_shims
         inputs = [self._to_device(x) for x in example_inputs]
-        codes, timed = [], _TimedLauncher(InductorLauncher())
+        codes, timed = [], _TimedLauncher(self._compile_launcher())
         handler = timed.launch
         if self.options.get("capture", True):
             handler = LaunchRecorder(os.path.join(ctx.artifact_dir, "kernels"), launcher=timed, graph_inputs=inputs,

@@ -1,0 +1,131 @@
+"""The `triton-spike` chain's tools and stages after TTIR: adapter, mlir-opt, translate, clang,
+link. Each stage that fails raises RouteFailure(compile_error) with the stage's own name and
+its tool's error lines, so every stage gets its own buckets.
+
+`triton-adapter-opt` is the standalone executable inside the PyPI wheel triton-ascend==3.2.0
+(MIT), taken out of the wheel by scripts/install_adapter.sh without installing the wheel (it
+would replace `triton`). It lives in `.venv/lib/triton-adapter/`, with a SOURCE file naming
+the wheel it came from, or an UNAVAILABLE file saying why the install step could not get it.
+
+Worker-side module: standard library only (plus the `spike` route's tool lookup).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+from torchsim_diff.kinds import Kind
+from torchsim_diff.routes.base import RouteFailure
+
+ADAPTER_ENV = "TRITON_ADAPTER_OPT"
+ADAPTER_DIR = os.path.join(sys.prefix, "lib", "triton-adapter")
+ADAPTER_NAME = "triton-adapter-opt"
+MLIR_OPT = "mlir-opt-19"
+MLIR_TRANSLATE = "mlir-translate-19"
+INSTALL_FIX = "run `bash scripts/setup.sh` (its install_adapter.sh step) from the repository root"
+
+# The ttir_to_linalg pass list of triton-ascend 3.2.0's compiler.py, its CPU path
+# (named-ops=False: linalg.generic rather than named ops the NPU back end wants).
+ADAPTER_PASSES = (
+    "--discrete-mask-access-conversion=compile-on-910-95=False force-simt-template=False",
+    "--triton-to-annotation",
+    "--triton-to-unstructure=compile-on-910-95=False force-simt-template=False",
+    "--triton-to-hivm", "--triton-to-hfusion", "--triton-to-llvm", "--bubble-up-operation",
+    "--triton-to-linalg=global-kernel=false named-ops=False enable-nd2nz-on-vector=False "
+    "enable-select-analysis=False compile-on-910-95=False",
+)
+# The same wheel's linalg_to_llir pipeline, plus llvm-request-c-wrappers (the entry then takes
+# descriptor pointers, `_mlir_ciface_<kernel>`, which the generated stub calls) and, after it so
+# that the libm declarations keep plain C names, convert-math-to-libm (math ops without an LLVM
+# intrinsic, e.g. tanh, become picolibc calls).
+MLIR_OPT_PASSES = (
+    "--convert-linalg-to-affine-loops", "--eliminate-empty-tensors", "--empty-tensor-to-alloc-tensor",
+    "--one-shot-bufferize=allow-return-allocs-from-loops=true", "--lower-affine", "--convert-linalg-to-loops",
+    "--convert-scf-to-cf", "--convert-cf-to-llvm", "--convert-arith-to-llvm", "--convert-math-to-llvm",
+    "--convert-complex-to-llvm", "--convert-vector-to-llvm", "--convert-index-to-llvm", "--memref-expand",
+    "--expand-strided-metadata", "--finalize-memref-to-llvm", "--llvm-request-c-wrappers",
+    "--convert-math-to-libm", "--convert-func-to-llvm", "--lower-affine", "--convert-arith-to-llvm", "--reconcile-unrealized-casts",
+)
+
+
+def adapter_path() -> str | None:
+    """The adapter executable: $TRITON_ADAPTER_OPT, the install step's copy, or PATH."""
+    for candidate in (os.environ.get(ADAPTER_ENV), os.path.join(ADAPTER_DIR, ADAPTER_NAME)):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return shutil.which(ADAPTER_NAME)
+
+
+def adapter_missing_reason() -> str:
+    """Why there is no adapter: the install step's recorded reason, or what to run."""
+    recorded = os.path.join(ADAPTER_DIR, "UNAVAILABLE")
+    if os.path.exists(recorded):
+        with open(recorded) as handle:
+            return f"{ADAPTER_NAME} is not installed: {handle.read().strip()}; {INSTALL_FIX} once it can"
+    return f"{ADAPTER_NAME} not found ({ADAPTER_ENV}, {ADAPTER_DIR}, PATH); {INSTALL_FIX}"
+
+
+def adapter_version(path: str) -> str:
+    """'triton-ascend 3.2.0, LLVM 20.0.0git' (what the wheel and the binary say)."""
+    source = os.path.join(os.path.dirname(path), "SOURCE")
+    wheel = open(source).read().strip() if os.path.exists(source) else "unknown wheel"
+    banner = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30).stdout
+    llvm = re.search(r"LLVM version (\S+)", banner)
+    return f"{wheel}, LLVM {llvm.group(1) if llvm else 'unknown'}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tools:
+    adapter: str
+    mlir_opt: str
+    mlir_translate: str
+    clang: str
+    gcc: str
+    spike: str
+
+    @classmethod
+    def locate(cls) -> "Tools":
+        """Every tool of the chain, or LookupError naming the missing one and the fix."""
+        from torchsim_diff.routes.spike import Toolchain
+        spike_tools = Toolchain.locate()
+        adapter = adapter_path()
+        if adapter is None:
+            raise LookupError(adapter_missing_reason())
+        found = {}
+        for role, name in (("mlir_opt", MLIR_OPT), ("mlir_translate", MLIR_TRANSLATE)):
+            found[role] = shutil.which(name)
+            if not found[role]:
+                raise LookupError(f"{name} not found on PATH (Debian package mlir-19-tools); {INSTALL_FIX}")
+        return cls(adapter=adapter, clang=spike_tools.clang, gcc=spike_tools.gcc, spike=spike_tools.spike, **found)
+
+
+def run_stage(stage: str, command: list, metrics: dict, *, cwd: str | None = None) -> None:
+    """Run one tool; its time adds to metrics["t_<stage>"]; failure -> RouteFailure(stage)."""
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+    key = "t_" + stage.replace("-", "_")
+    metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - started
+    if done.returncode:
+        raise RouteFailure(Kind.COMPILE_ERROR, stage, f"{stage}: {os.path.basename(command[0])} failed "
+                           f"(status {done.returncode}): {error_lines(done.stderr or done.stdout)}")
+
+
+def error_lines(log: str, limit: int = 4) -> str:
+    """The lines that say what went wrong, without the tool's source locations."""
+    errors = [_without_location(line) for line in log.splitlines() if _ERROR.search(line)][:limit]
+    if errors:
+        return " | ".join(errors)
+    return log.strip()[-1500:]
+
+
+_ERROR = re.compile(r"error|undefined reference", re.I)
+_LOCATION = re.compile(r"^\S*:\d+:\d+: ")
+
+
+def _without_location(line: str) -> str:
+    return _LOCATION.sub("", line.strip())
