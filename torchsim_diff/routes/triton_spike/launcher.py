@@ -136,8 +136,6 @@ class SpikeLauncher:
     def begin(self, ctx) -> None:
         """Artifacts and metrics of the following launches go to `ctx`."""
         self.ctx = ctx
-        ctx.metrics.setdefault("cost", 0)
-        ctx.metrics.setdefault("instret_per_launch", [])
 
     def close(self) -> None:
         self.ttir_server.close()
@@ -148,8 +146,12 @@ class SpikeLauncher:
         return tuple(int(g) for g in launch.grid) + (1,) * (3 - len(launch.grid))
 
     def constexprs(self, launch) -> dict:
-        """Block sizes and other constexprs the kernel is compiled for: the launch's own."""
-        return {**launch.extra_kwargs, **launch.constexprs}
+        """Block sizes and other constexprs the kernel is compiled for: the launch's own,
+        including arguments Inductor declared constexpr (e.g. an xnumel of 1) and passes
+        positionally."""
+        positional = {name: value for name, value in zip(launch.arg_names, launch.args)
+                      if launch.signature.get(name) == "constexpr"}
+        return {**positional, **launch.extra_kwargs, **launch.constexprs}
 
     def storage_contents(self, launch, plan: LaunchPlan) -> list:
         """The bytes each storage starts with on Spike: its real contents."""
@@ -189,7 +191,7 @@ class SpikeLauncher:
                 item = arg.element_size()
                 elements = arg.untyped_storage().nbytes() // item - arg.storage_offset()
                 pointers.append((where[key], arg.storage_offset() * item, elements))
-            else:
+            elif launch.signature.get(name) != "constexpr":  # compiled into the kernel instead
                 scalars.append(_scalar_bits(name, launch.signature.get(name), arg, launch.kernel_name))
         return LaunchPlan(storages, pointers, scalars, self.grid(launch))
 
@@ -244,8 +246,9 @@ class SpikeLauncher:
             return
         retired = re.search(r"TORCHSIM instret=(\d+)", log)
         if retired:
-            self.ctx.metrics["cost"] += int(retired.group(1))
-            self.ctx.metrics["instret_per_launch"].append(int(retired.group(1)))
+            # cost stays absent for a case that launched no kernel: nothing of it ran on Spike
+            self.ctx.metrics["cost"] = self.ctx.metrics.get("cost", 0) + int(retired.group(1))
+            self.ctx.metrics.setdefault("instret_per_launch", []).append(int(retired.group(1)))
         vlen = re.search(r"TORCHSIM vlen=(\d+)", log)
         if vlen:
             self.ctx.metrics["vlen"] = int(vlen.group(1))

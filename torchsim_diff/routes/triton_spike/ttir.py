@@ -127,7 +127,7 @@ class _Frontend:
         if found is None:
             raise TtirError(f"the kernel module defines no {kernel!r}")
         # Inductor wraps the @triton.jit function in a CachingAutotuner (.fn is the JITFunction)
-        return getattr(found, "fn", found)
+        return found.fn if hasattr(found, "triton_meta") else found
 
 
 def _serve() -> int:

@@ -1,0 +1,84 @@
+"""The triton-spike chain's pieces that need no tool: the version fix-up table, the generated
+program stub, scalar packing and the launch header (fast; no adapter, clang or Spike)."""
+import struct
+
+import pytest
+
+from torchsim_diff.routes.base import Unsupported
+from torchsim_diff.routes.triton_spike import fixups
+from torchsim_diff.routes.triton_spike.launcher import MAGIC, LaunchPlan, _scalar_bits, program_stub
+
+LOAD_39 = ('%x = tt.load %ptr, %mask {cachePolicy = #tt.cache_policy<evict_last>} : tensor<64x!tt.ptr<f32>>\n'
+           'tt.store %p, %v, %m {cachePolicy = #tt.cache_policy<evict_first>, boundaryCheck = array<i32>} : t\n')
+EXTERN_EXP = ('%e = tt.extern_elementwise %t {libname = "", libpath = "", pure = true, symbol = "__nv_expf"} '
+              ': (tensor<64xf32>) -> tensor<64xf32>\n')
+
+
+def test_cache_policy_attributes_are_dropped_and_the_rest_kept():
+    fixed = fixups.apply(fixups.TTIR_FIXUPS, LOAD_39)
+    assert "cachePolicy" not in fixed
+    assert "tt.load %ptr, %mask : tensor<64x!tt.ptr<f32>>" in fixed
+    assert "{boundaryCheck = array<i32>}" in fixed
+
+
+@pytest.mark.parametrize("symbol,op", [("__nv_expf", "math.exp"), ("__nv_exp", "math.exp"),
+                                       ("__nv_tanhf", "math.tanh"), ("__nv_fabsf", "math.absf"),
+                                       ("__nv_rintf", "math.roundeven"), ("__nv_powf", "math.powf")])
+def test_libdevice_calls_become_math_ops(symbol, op):
+    fixed = fixups.apply(fixups.TTIR_FIXUPS, EXTERN_EXP.replace("__nv_expf", symbol))
+    assert fixed == f"%e = {op} %t : tensor<64xf32>\n"
+
+
+def test_two_operand_libdevice_call_keeps_both_operands():
+    text = ('%r = tt.extern_elementwise %a, %b {libname = "", libpath = "", pure = true, symbol = "__nv_atan2f"} '
+            ': (tensor<8xf32>, tensor<8xf32>) -> tensor<8xf32>\n')
+    assert fixups.apply(fixups.TTIR_FIXUPS, text) == "%r = math.atan2 %a, %b : tensor<8xf32>\n"
+
+
+def test_libdevice_call_without_a_math_op_is_unsupported_with_its_name():
+    with pytest.raises(Unsupported, match="__nv_lgammaf has no math-dialect equivalent"):
+        fixups.apply(fixups.TTIR_FIXUPS, EXTERN_EXP.replace("__nv_expf", "__nv_lgammaf"))
+
+
+def test_annotation_marks_are_dropped_from_the_adapters_output():
+    text = "  %0 = arith.addf %a, %b : f32\n  annotation.mark %0 {overflow_mode = \"trunc\"} : f32\n  return\n"
+    assert fixups.apply(fixups.LINALG_FIXUPS, text) == "  %0 = arith.addf %a, %b : f32\n  return\n"
+
+
+def test_every_fixup_says_why():
+    for fixup in fixups.TTIR_FIXUPS + fixups.LINALG_FIXUPS:
+        assert fixup.name and len(fixup.why) > 30
+
+
+def test_program_stub_passes_descriptors_scalars_grid_then_program_ids():
+    stub = program_stub("k", 2, ["i32", "float", "i64"])
+    call = [line for line in stub.splitlines() if "call void" in line][0]
+    assert call == ("  call void @_mlir_ciface_k(ptr %lock, ptr %workspace, ptr %p0, ptr %p1, i32 %s0, float %s1, "
+                    "i64 %s2, i32 %grid0, i32 %grid1, i32 %grid2, i32 %pid0, i32 %pid1, i32 %pid2)")
+    assert "%s1 = bitcast i32 %s1.bits to float" in stub and "getelementptr [5 x i64], ptr %pointers, i64 1" in stub
+
+
+def test_unknown_scalar_llvm_type_is_unsupported():
+    with pytest.raises(Unsupported, match="half"):
+        program_stub("k", 0, ["half"])
+
+
+@pytest.mark.parametrize("kind,value,bits", [("i32", -3, -3), ("i64", 2**40, 2**40), ("i1", True, 1),
+                                              ("fp32", 1.5, 0x3FC00000), ("fp64", -2.0, 0xC000000000000000)])
+def test_scalar_bits(kind, value, bits):
+    assert _scalar_bits("s", kind, value, "k") == bits
+
+
+def test_scalar_of_an_unknown_triton_type_is_unsupported():
+    with pytest.raises(Unsupported, match="Triton type 'fp16'"):
+        _scalar_bits("s", "fp16", 1.0, "k")
+
+
+def test_launch_header_layout():
+    import torch
+    storages = [torch.zeros(80, dtype=torch.uint8), torch.zeros(12, dtype=torch.uint8)]
+    plan = LaunchPlan(storages, [(0, 8, 18), (1, 0, 3)], [7, 0xC000000000000000], (4, 2, 1))
+    words = struct.unpack("<17q", plan.header())
+    assert words[:7] == (MAGIC, 2, 2, 2, 4, 2, 1)
+    assert words[7:9] == (80, 12) and words[9:15] == (0, 8, 18, 1, 0, 3)
+    assert words[15] == 7 and words[16] & (2**64 - 1) == 0xC000000000000000
