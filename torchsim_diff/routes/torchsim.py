@@ -24,7 +24,6 @@ eagerly, nothing simulated them.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 import traceback
@@ -55,8 +54,6 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 # Modules whose `launch(obj_dir, manifest, runtime, ...)` runs Spike in-process (C2,
 # later C1): wrapped so each launch's inputs and outputs are kept.
 SPIKE_LAUNCH_MODULES = ("Simulator.spike_run", "PyTorchSimFrontend.triton_backend.spike_run")
-FUNC_TRACE = re.compile(r"\[FuncTrace\] (?P<buffer>\S+)\s+(?P<op>.*?)\s+max\|d\|=(?P<d>\S+) "
-                        r"max\|ref\|=(?P<ref>\S+) rel=(?P<rel>\S+)")
 
 
 class TorchSimRoute(Route):
@@ -280,19 +277,12 @@ class TorchSimProgram(Compiled):
                                        **artifacts.build_identity(self.environment.dump_path))
 
     def _record_verify_trace(self, text: str, ctx) -> None:
-        """PyTorchSim's per-buffer trace (TORCHSIM_FUNCTIONAL_VERIFY_TRACE): the first buffer
-        whose error is over its tolerance names the kernel where a wrong value starts; the
-        MLIR route has no other per-kernel localisation."""
-        rtol = _number(self.route.options.get("verify_rtol")) or 1e-4
-        atol = _number(self.route.options.get("verify_atol")) or 1e-4
-        for line in FUNC_TRACE.finditer(text):
-            d, ref = float(line.group("d")), float(line.group("ref"))
-            if not d <= atol + rtol * ref:      # NaN counts as over
-                ctx.metrics["divergent_kernel"] = {
-                    "kernel_name": line.group("buffer"), "launch": None, "folder": None,
-                    "summary": f"PyTorchSim functional verify: buffer {line.group('buffer')} "
-                               f"({line.group('op')}) max|d|={d:.4g} over max|ref|={ref:.4g}"}
-                return
+        """PyTorchSim's per-buffer trace: the first buffer over tolerance names the kernel
+        where a wrong value starts (the MLIR route has no other per-kernel localisation)."""
+        found = artifacts.traced_divergence(text, rtol=_number(self.route.options.get("verify_rtol")) or 1e-4,
+                                            atol=_number(self.route.options.get("verify_atol")) or 1e-4)
+        if found:
+            ctx.metrics["divergent_kernel"] = found
 
     def _check_coverage(self, text: str, ctx) -> None:
         env = self.environment

@@ -46,6 +46,10 @@ WRAPPER_CALL = re.compile(r"def call\((self, )?args\)")
 # to "<log>"` (fe04c9a Simulator/simulator.py TOGSimulator.simulation).
 TOGSIM_LOG_LINE = re.compile(r'Simulation log (?:of "[^"]*" )?is stored to "([^"]+)"')
 CYCLES = re.compile(r"Total execution cycles:\s*(\d+)")
+# TORCHSIM_FUNCTIONAL_VERIFY_TRACE=1: one line per realized buffer, its error against the
+# CPU golden of the whole graph (Simulator/functional_verify.py verify_check).
+FUNC_TRACE = re.compile(r"\[FuncTrace\] (?P<buffer>\S+)\s+(?P<op>.*?)\s+max\|d\|=(?P<d>\S+) "
+                        r"max\|ref\|=(?P<ref>\S+) rel=(?P<rel>\S+)")
 # Calls the wrapper makes itself instead of launching a kernel: eager on the host
 # (or the device's CPU fallback), never simulated. Allocation and view helpers compute
 # nothing of the program and are not counted.
@@ -246,3 +250,15 @@ def _json(path: str):
             return json.load(f)
     except (OSError, ValueError):
         return None
+
+
+def traced_divergence(log_text: str, *, rtol: float, atol: float) -> dict | None:
+    """The first traced buffer whose error exceeds atol + rtol * max|ref| (NaN counts as
+    over), in the shape of a `divergent_kernel` record field; None when all are within."""
+    for line in FUNC_TRACE.finditer(log_text):
+        d, ref = float(line.group("d")), float(line.group("ref"))
+        if not d <= atol + rtol * ref:
+            return {"kernel_name": line.group("buffer"), "launch": None, "folder": None,
+                    "summary": f"PyTorchSim functional verify: buffer {line.group('buffer')} "
+                               f"({line.group('op')}) max|d|={d:.4g} against max|ref|={ref:.4g}"}
+    return None

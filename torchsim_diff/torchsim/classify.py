@@ -21,6 +21,7 @@ import re
 from torchsim_diff.kinds import Kind
 
 SPIKE_EXIT_CODES = {200: "INVALID_SPAD_ACCESS", 201: "STACK_OVERFLOW"}
+SPIKE_EXIT = re.compile(r"spike exit code (-?\d+)")
 VERIFY_BUFFER = re.compile(r"\[FuncVerify\] first divergence at buffer '([^']+)' \(op ([^)]*)\)")
 STAGE_NAMED = re.compile(r"\[stage(?P<stage>\d)\]|\[(?P<named>transform|lower|binary)\]")
 
@@ -157,6 +158,11 @@ def _stage(rule: Rule, match: re.Match, reached: str | None) -> str:
 
 def _detail(rule: Rule, match: re.Match) -> str:
     code = _group(match, "code", "code2")
+    if code is None and rule.label == "spike_fault":
+        # C2's "[Spike] k failed:" comes first; its next line says "spike exit code N"
+        # (Simulator/spike_run.py _run).
+        found = SPIKE_EXIT.search(match.string, match.start())
+        code = found.group(1) if found else None
     if code is not None:
         name = SPIKE_EXIT_CODES.get(int(code), "") if rule.label == "spike_fault" else ""
         return f"exit code {code}" + (f" ({name})" if name else "")

@@ -3,6 +3,8 @@
     dest/
       ISSUE.md              ready to paste: kernel, generation, expected vs actual, commands
       replay.sh             inputs -> their compiler -> Spike -> compare (run in their env)
+      run_spike.py          C2 only: Spike through PyTorchSim's Simulator/spike_run.py launch()
+      target.json           C2 only: the machine the kernel was compiled for (TORCHSIM_COMPILE_TARGET)
       compare_outputs.py    numpy-only: runtime/*.raw vs expected/*.raw, exit 1 on mismatch
       outputs.json          the out/inout arguments, dtypes and tolerances compared
       inputs/<arg>.raw      every tensor argument as the launch was given it (outs as zeros)
@@ -24,27 +26,69 @@ from torchsim_diff.torchsim import workdir as workdirs
 
 COMPARE_TOLERANCE = {"float32": (1.3e-6, 1e-5), "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)}
 
+# How each generation compiles a kernel workdir and runs it on Spike, as PyTorchSim itself
+# does it (read-only evidence, PSAL-POSTECH/PyTorchSim):
+#   C1  PyTorchSimFrontend/triton_backend/tnpu_bridge.py run_pipeline (4c077b4): `run.py <spec>
+#       --from ttir --to binary --workdir <wd>` in the compiler checkout (PSTO_DIR, else
+#       TNPU_DIR, else $TORCHSIM_DIR/triton-npu; PSTO_PYTHON, else TNPU_PYTHON), PYTHONPATH
+#       unset; functional.py (199cfc4): `-m tnpu.spike <spec> <wd>` over <wd>/runtime/.
+#   C2  PyTorchSimCodegen/compiler_bridge.py run_pipeline (5443f03): `$TORCHSIM_COMPILE_PYTHON
+#       <TORCHSIM_COMPILE_DIR>/pytorchsim-triton-compiler <spec> --from triton-compile --to
+#       torchsim-compile --workdir <wd>`, with TORCHSIM_COMPILE_TARGET naming the machine
+#       (target-<config>.json) and no PYTHONPATH; Spike is not a compiler stage there but
+#       Simulator/spike_run.py launch(), called in-process by Simulator/functional.py.
 REPLAY_COMMANDS = {
-    "C1": ('cd "${TNPU_DIR:-$TORCHSIM_DIR/triton-npu}"\n'
-           '"${TNPU_PYTHON:-python}" run.py "$WD/$SPEC" --from ttir --to binary --workdir "$WD"\n'
-           '"${TNPU_PYTHON:-python}" -m tnpu.spike "$WD/$SPEC" "$WD"\n'),
-    "C2": ('cd "${TORCHSIM_COMPILE_DIR:-$TORCHSIM_DIR/pytorchsim-triton-compiler}"\n'
-           'pytorchsim-triton-compiler "$WD/$SPEC" --from triton-compile --to torchsim-compile '
-           '--workdir "$WD"\n'),
+    "C1": (': "${TORCHSIM_DIR:?set TORCHSIM_DIR to the PyTorchSim checkout}"\n'
+           'COMPILER_DIR="${PSTO_DIR:-${TNPU_DIR:-$TORCHSIM_DIR/triton-npu}}"\n'
+           'COMPILER_PY="${PSTO_PYTHON:-${TNPU_PYTHON:-python3}}"\n'
+           'cd "$COMPILER_DIR"\n'
+           'env -u PYTHONPATH "$COMPILER_PY" run.py "$WD/$SPEC" --from ttir --to binary --workdir "$WD"\n'
+           'env -u PYTHONPATH "$COMPILER_PY" -m tnpu.spike "$WD/$SPEC" "$WD"\n'),
+    "C2": (': "${TORCHSIM_DIR:?set TORCHSIM_DIR to the PyTorchSim checkout}"\n'
+           ': "${TORCHSIM_COMPILE_DIR:?set TORCHSIM_COMPILE_DIR to the pytorchsim-triton-compiler checkout}"\n'
+           'export TORCHSIM_COMPILE_TARGET="${TORCHSIM_COMPILE_TARGET:-$HERE/target.json}"\n'
+           '(cd "$TORCHSIM_COMPILE_DIR" && env -u PYTHONPATH TORCH_DEVICE_BACKEND_AUTOLOAD=0 '
+           '"${TORCHSIM_COMPILE_PYTHON:-python3}" "$TORCHSIM_COMPILE_DIR/pytorchsim-triton-compiler" '
+           '"$WD/$SPEC" --from triton-compile --to torchsim-compile --workdir "$WD")\n'
+           'PYTHONPATH="$TORCHSIM_DIR" TORCH_DEVICE_BACKEND_AUTOLOAD=0 "${TORCHSIM_PYTHON:-python3}" '
+           '"$HERE/run_spike.py" "$WD" "$RUNTIME"\n'),
 }
+MLIR_GENERATIONS = ("A", "B")
 
 REPLAY_SH = """#!/bin/sh
 # Replays kernel {kernel} through PyTorchSim's Triton-route compiler (generation {generation})
 # and Spike on the captured inputs, then compares with Triton's interpreter.
-# Run inside the PyTorchSim environment with TORCHSIM_DIR set.
+# Run inside the PyTorchSim environment (TORCHSIM_DIR set; see docs/pytorchsim.md).
 set -e
 HERE=$(cd "$(dirname "$0")" && pwd)
 WD="$HERE/workdir"
 SPEC="{spec}"
-mkdir -p "$WD/runtime"
-cp "$HERE"/inputs/*.raw "$WD/runtime/"
-{commands}python3 "$HERE/compare_outputs.py" "${{RUNTIME:-$WD/runtime}}"
+RUNTIME="$WD/runtime"
+rm -rf "$RUNTIME"
+mkdir -p "$RUNTIME"
+cp "$HERE"/inputs/*.raw "$RUNTIME/"
+{commands}python3 "$HERE/compare_outputs.py" "$RUNTIME"
 """
+
+# C2 only: Spike through PyTorchSim's own launcher, one process (no grid split).
+RUN_SPIKE_PY = '''"""Run the kernel object in WORKDIR on Spike over RUNTIME/<arg>.raw with PyTorchSim's
+own launcher (Simulator/spike_run.py launch), as Simulator/functional.py does.
+usage: PYTHONPATH=$TORCHSIM_DIR python3 run_spike.py WORKDIR RUNTIME"""
+import json
+import os
+import sys
+
+from Simulator import spike_run
+
+workdir, runtime = sys.argv[1], sys.argv[2]
+with open(os.path.join(workdir, "kernel.json")) as f:
+    manifest = json.load(f)
+raw_paths = {a["name"]: os.path.join(runtime, a["name"] + ".raw") for a in manifest["args"]}
+extra = {}
+if hasattr(spike_run, "argv_scalars"):
+    extra["scalars"] = spike_run.argv_scalars(manifest, {})
+spike_run.launch(workdir, manifest, runtime, raw_paths, print, jobs=1, **extra)
+'''
 
 COMPARE_PY = '''"""Compare a launch's output .raw files with expected/ (Triton interpreter). Exit 1 on mismatch.
 usage: python3 compare_outputs.py RUNTIME_DIR"""
@@ -108,14 +152,20 @@ def export_from_artifacts(artifact_dir: str, dest: str) -> str | None:
         return None
     with open(os.path.join(capture, "index.json")) as f:
         generation = json.load(f).get("pytorchsim_generation") or "C1"
-    copy = os.path.join(artifact_dir, WORKDIR_COPIES, found["capture"].get("pytorchsim_workdir", ""))
-    return export_reproducer(found["folder"], dest, generation=generation,
+    copies = os.path.join(artifact_dir, WORKDIR_COPIES)
+    copy = os.path.join(copies, found["capture"].get("pytorchsim_workdir", ""))
+    from torchsim_diff.torchsim.artifacts import build_identity
+    versions = dict(build_identity(copies), pytorchsim=generation)
+    return export_reproducer(found["folder"], dest, generation=generation, versions=versions,
                              pytorchsim_workdir=copy if os.path.isdir(copy) else None)
 
 
 def export_reproducer(launch_folder: str, dest: str, *, generation: str, pytorchsim_workdir: str | None = None,
                       versions: dict | None = None) -> str:
     """Write a kernel reproducer for one converted launch into `dest`; returns ISSUE.md's path."""
+    if generation in MLIR_GENERATIONS:
+        raise ValueError(f"generation={generation!r} has only the MLIR route, whose kernels are MLIR, not "
+                         f"Triton: there is no kernel capture to replay; export the case's bundle instead")
     if generation not in REPLAY_COMMANDS:
         raise ValueError(f"generation={generation!r}: kernel reproducers exist for the Triton route "
                          f"generations {sorted(REPLAY_COMMANDS)}")
@@ -133,6 +183,7 @@ def export_reproducer(launch_folder: str, dest: str, *, generation: str, pytorch
     _write_args(expected_launch, expected_meta, dest, "expected", "after", outputs)
     if pytorchsim_workdir:
         _copy_workdir(pytorchsim_workdir, os.path.join(dest, "workdir"))
+        _copy_target(os.path.dirname(os.path.abspath(pytorchsim_workdir)), dest)
     _write_scripts(dest, launch, outputs, generation)
     return _write_issue(dest, launch, outputs, generation, actual, versions or {})
 
@@ -163,12 +214,25 @@ def _copy_workdir(source: str, target: str) -> None:
     shutil.copytree(source, target, ignore=skip, dirs_exist_ok=True)
 
 
+def _copy_target(dump_copy: str, dest: str) -> None:
+    """C2's machine description (target-<config>.json beside the workdirs) as target.json,
+    what replay.sh hands the compiler through TORCHSIM_COMPILE_TARGET."""
+    import glob
+    from torchsim_diff.torchsim.artifacts import TARGET_FILES
+    targets = sorted(glob.glob(os.path.join(dump_copy, TARGET_FILES)))
+    if targets:
+        shutil.copyfile(targets[0], os.path.join(dest, "target.json"))
+
+
 def _write_scripts(dest: str, launch: dict, outputs: list, generation: str) -> None:
     spec = f"{launch['kernel_name']}_spec.py"
     with open(os.path.join(dest, "replay.sh"), "w") as f:
         f.write(REPLAY_SH.format(kernel=launch["kernel_name"], generation=generation, spec=spec,
                                  commands=REPLAY_COMMANDS[generation]))
     os.chmod(os.path.join(dest, "replay.sh"), 0o755)
+    if generation == "C2":
+        with open(os.path.join(dest, "run_spike.py"), "w") as f:
+            f.write(RUN_SPIKE_PY)
     with open(os.path.join(dest, "compare_outputs.py"), "w") as f:
         f.write(COMPARE_PY)
     described = [{"name": a["name"], "dtype": a["dtype"], "tolerance": COMPARE_TOLERANCE.get(a["dtype"], (0, 0))}

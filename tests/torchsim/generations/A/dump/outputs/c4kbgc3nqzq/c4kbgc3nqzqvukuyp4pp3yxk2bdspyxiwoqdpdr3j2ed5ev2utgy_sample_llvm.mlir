@@ -1,0 +1,1 @@
+// c4kbgc3nqzqvukuyp4pp3yxk2bdspyxiwoqdpdr3j2ed5ev2utgy_sample_llvm.mlir

@@ -1,0 +1,1 @@
+validation_wrapper.c

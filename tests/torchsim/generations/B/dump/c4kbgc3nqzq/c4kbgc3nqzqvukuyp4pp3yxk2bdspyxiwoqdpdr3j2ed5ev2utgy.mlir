@@ -1,0 +1,1 @@
+// MLIR kernel (placeholder)

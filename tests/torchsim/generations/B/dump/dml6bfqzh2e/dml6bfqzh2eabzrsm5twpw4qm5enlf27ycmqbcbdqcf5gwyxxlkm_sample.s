@@ -1,0 +1,1 @@
+// dml6bfqzh2eabzrsm5twpw4qm5enlf27ycmqbcbdqcf5gwyxxlkm_sample.s

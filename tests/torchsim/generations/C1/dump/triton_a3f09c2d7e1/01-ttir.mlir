@@ -1,0 +1,1 @@
+// 01-ttir.mlir (placeholder IR)

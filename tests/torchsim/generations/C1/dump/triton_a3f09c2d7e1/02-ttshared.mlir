@@ -1,0 +1,1 @@
+// 02-ttshared.mlir (placeholder IR)

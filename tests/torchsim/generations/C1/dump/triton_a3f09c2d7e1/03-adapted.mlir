@@ -1,0 +1,1 @@
+// 03-adapted.mlir (placeholder IR)

@@ -1,0 +1,1 @@
+// 04-custom.mlir (placeholder IR)

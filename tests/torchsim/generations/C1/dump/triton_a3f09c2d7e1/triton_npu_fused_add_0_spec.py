@@ -1,0 +1,1 @@
+# spec of triton_npu_fused_add_0: written by PyTorchSim's kernel_spec.write_spec_file (content not reproduced)

@@ -1,0 +1,1 @@
+// 07-regularized.mlir (placeholder IR)

@@ -1,0 +1,1 @@
+// 08-transformed.mlir (placeholder IR)

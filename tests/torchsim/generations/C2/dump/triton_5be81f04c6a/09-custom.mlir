@@ -1,0 +1,1 @@
+// 09-custom.mlir (placeholder IR)
