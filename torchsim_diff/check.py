@@ -95,6 +95,7 @@ class Verdict:
             "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),
             "t_case": self.t_case, "t_harness": self.t_harness, "cost": self.metrics.get("cost"),
             "divergent_kernel": self.metrics.get("divergent_kernel"),
+            "versions": self.metrics.get("versions"),   # routes that report what they ran (torchsim-*)
             "artifacts": self.artifact_dir if self.artifacts else None,
             "message": self.message, "case": case.to_dict(),
         }

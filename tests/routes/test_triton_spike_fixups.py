@@ -50,17 +50,23 @@ def test_every_fixup_says_why():
         assert fixup.name and len(fixup.why) > 30
 
 
-def test_program_stub_passes_descriptors_scalars_grid_then_program_ids():
-    stub = program_stub("k", 2, ["i32", "float", "i64"])
+def test_program_stub_passes_arguments_in_order_then_grid_then_program_ids():
+    # a 0-d input arrives as a scalar between pointers (Inductor's in_ptr0: fp32)
+    stub = program_stub("k", ["float", "ptr", "i32", "ptr", "i64"])
     call = [line for line in stub.splitlines() if "call void" in line][0]
-    assert call == ("  call void @_mlir_ciface_k(ptr %lock, ptr %workspace, ptr %p0, ptr %p1, i32 %s0, float %s1, "
+    assert call == ("  call void @_mlir_ciface_k(ptr %lock, ptr %workspace, float %s0, ptr %p0, i32 %s1, ptr %p1, "
                     "i64 %s2, i32 %grid0, i32 %grid1, i32 %grid2, i32 %pid0, i32 %pid1, i32 %pid2)")
-    assert "%s1 = bitcast i32 %s1.bits to float" in stub and "getelementptr [5 x i64], ptr %pointers, i64 1" in stub
+    assert "%s0 = bitcast i32 %s0.bits to float" in stub and "getelementptr [5 x i64], ptr %pointers, i64 1" in stub
 
 
 def test_unknown_scalar_llvm_type_is_unsupported():
     with pytest.raises(Unsupported, match="half"):
-        program_stub("k", 0, ["half"])
+        program_stub("k", ["half"])
+
+
+def test_assume_hints_are_dropped():
+    text = "    %0 = arith.cmpi sgt, %s, %c0 : i32\n    llvm.intr.assume %0 : i1 loc(#loc19)\n    tt.return\n"
+    assert fixups.apply(fixups.TTIR_FIXUPS, text) == "    %0 = arith.cmpi sgt, %s, %c0 : i32\n    tt.return\n"
 
 
 @pytest.mark.parametrize("kind,value,bits", [("i32", -3, -3), ("i64", 2**40, 2**40), ("i1", True, 1),

@@ -65,6 +65,9 @@ TTIR_FIXUPS = (
           "the 3.2 dialect spells them differently. They are hints: dropped.",
           re.compile(r" \{cachePolicy = #tt\.cache_policy<[^>]*>\}|cachePolicy = #tt\.cache_policy<[^>]*>, "
                      r"|, cachePolicy = #tt\.cache_policy<[^>]*>"), ""),
+    Fixup("assume", "triton 3.9 lowers tl.assume (Inductor's templates assume positive strides) to "
+          "llvm.intr.assume, whose custom syntax the adapter's LLVM dialect cannot parse. A hint: dropped.",
+          re.compile(r"^\s*llvm\.intr\.assume [^\n]*\n", re.M), ""),
     Fixup("libdevice", "a CUDA target turns libdevice calls into tt.extern_elementwise \"__nv_*\", which the "
           "adapter passes through and mlir-opt cannot lower; rewritten to the math op Triton 3.2 emits.",
           _EXTERN, _libdevice_call),

@@ -311,15 +311,14 @@ class SpikeLauncher:
             raise RouteFailure(Kind.COMPILE_ERROR, "translate", "translate: the lowered module has no "
                                "_mlir_ciface_ entry (was llvm-request-c-wrappers applied?)")
         types = [p.split()[0] for p in entry.group(2).split(",") if p.strip()]
-        pointer_args = sum(1 for _, kind in spec.signature if kind.startswith("*"))
-        scalar_types = types[2 + pointer_args:-6]
-        expected = len([1 for _, kind in spec.signature if kind != "constexpr" and not kind.startswith("*")])
-        if types[:2 + pointer_args] != ["ptr"] * (2 + pointer_args) or len(scalar_types) != expected \
-                or types[-6:] != ["i32"] * 6:
+        kinds = [kind for _, kind in spec.signature if kind != "constexpr"]
+        params = types[2:-6]
+        pointers_match = all((kind.startswith("*")) == (llvm == "ptr") for kind, llvm in zip(kinds, params))
+        if len(params) != len(kinds) or not pointers_match or types[:2] != ["ptr", "ptr"] or types[-6:] != ["i32"] * 6:
             raise RouteFailure(Kind.TOOL_ERROR, "translate", f"unexpected entry signature "
                                f"_mlir_ciface_{entry.group(1)}({entry.group(2)}) for {dict(spec.signature)}")
-        _write(ll_path, text + "\n" + program_stub(entry.group(1), pointer_args, scalar_types))
-        return pointer_args, len(scalar_types)
+        _write(ll_path, text + "\n" + program_stub(entry.group(1), params))
+        return params.count("ptr"), len(params) - params.count("ptr")
 
     def _runtime_objects(self, metrics: dict) -> list:
         """driver.o, htif.o, memref.o: built once per launcher and vector setting."""
@@ -363,19 +362,27 @@ ARTIFACT_FILES = ("kernel.py", "specialisation.json", "kernel.ttir", "kernel.fix
                   "kernel.linalg.mlir", "kernel.llvm.mlir", "kernel.ll")
 
 
-def program_stub(entry: str, pointers: int, scalar_types: list) -> str:
-    """LLVM IR of triton_spike_program(lock, workspace, pointers, scalars, grid, pid)."""
+def program_stub(entry: str, params: list) -> str:
+    """LLVM IR of triton_spike_program(lock, workspace, pointers, scalars, grid, pid).
+
+    params: the LLVM types of the kernel's own arguments in order; each "ptr" takes the next
+    descriptor, any other type the next scalar word."""
     lines = ["define void @triton_spike_program(ptr %lock, ptr %workspace, ptr %pointers, ptr %scalars, "
              "ptr %grid, ptr %pid) {"]
     args = ["ptr %lock", "ptr %workspace"]
-    for i in range(pointers):
-        lines.append(f"  %p{i} = getelementptr [5 x i64], ptr %pointers, i64 {i}")
-        args.append(f"ptr %p{i}")
-    for i, llvm_type in enumerate(scalar_types):
-        lines.append(f"  %s{i}.at = getelementptr i64, ptr %scalars, i64 {i}")
-        lines.append(f"  %s{i}.raw = load i64, ptr %s{i}.at")
-        lines += _from_raw(f"s{i}", llvm_type)
-        args.append(f"{llvm_type} %s{i}")
+    pointers = scalars = 0
+    for llvm_type in params:
+        if llvm_type == "ptr":
+            lines.append(f"  %p{pointers} = getelementptr [5 x i64], ptr %pointers, i64 {pointers}")
+            args.append(f"ptr %p{pointers}")
+            pointers += 1
+            continue
+        name = f"s{scalars}"
+        lines.append(f"  %{name}.at = getelementptr i64, ptr %scalars, i64 {scalars}")
+        lines.append(f"  %{name}.raw = load i64, ptr %{name}.at")
+        lines += _from_raw(name, llvm_type)
+        args.append(f"{llvm_type} %{name}")
+        scalars += 1
     for table in ("grid", "pid"):
         for axis in range(3):
             lines.append(f"  %{table}{axis}.at = getelementptr i32, ptr %{table}, i64 {axis}")
