@@ -23,7 +23,8 @@ def test_cache_policy_attributes_are_dropped_and_the_rest_kept():
 
 @pytest.mark.parametrize("symbol,op", [("__nv_expf", "math.exp"), ("__nv_exp", "math.exp"),
                                        ("__nv_tanhf", "math.tanh"), ("__nv_fabsf", "math.absf"),
-                                       ("__nv_rintf", "math.roundeven"), ("__nv_powf", "math.powf")])
+                                       ("__nv_rintf", "math.roundeven"), ("__nv_powf", "math.powf"),
+                                       ("__nv_fmodf", "arith.remf")])
 def test_libdevice_calls_become_math_ops(symbol, op):
     fixed = fixups.apply(fixups.TTIR_FIXUPS, EXTERN_EXP.replace("__nv_expf", symbol))
     assert fixed == f"%e = {op} %t : tensor<64xf32>\n"

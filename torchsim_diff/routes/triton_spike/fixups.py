@@ -33,16 +33,12 @@ class Fixup:
 
 
 # libdevice (CUDA's __nv_* names, what Inductor's libdevice.* and tl.math become for a CUDA
-# target) -> the math-dialect op Triton 3.2 itself emits for the same tl.* function. The
-# "f" suffix is the float32 variant; both map to the same op, typed by its operand.
-LIBDEVICE_TO_MATH = {
-    "exp": "exp", "exp2": "exp2", "expm1": "expm1", "log": "log", "log2": "log2", "log10": "log10",
-    "log1p": "log1p", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "sin": "sin", "cos": "cos",
-    "tan": "tan", "atan": "atan", "atan2": "atan2", "erf": "erf", "fabs": "absf", "floor": "floor",
-    "ceil": "ceil", "trunc": "trunc", "round": "round", "rint": "roundeven", "nearbyint": "roundeven",
-    "pow": "powf", "cbrt": "cbrt", "copysign": "copysign", "fma": "fma",
-}
-# What the math ops above become for RISC-V: libm calls (picolibc provides them) or inline code.
+# target) -> the op Triton 3.2 itself emits for the same tl.* function. The "f" suffix is the
+# float32 variant; both map to the same op, typed by its operand.
+_MATH = ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "tanh", "sin", "cos", "tan",
+         "atan", "atan2", "erf", "floor", "ceil", "trunc", "round", "cbrt", "copysign", "fma")
+LIBDEVICE_TO_MATH = {**{name: f"math.{name}" for name in _MATH}, "fabs": "math.absf", "rint": "math.roundeven",
+                     "nearbyint": "math.roundeven", "pow": "math.powf", "fmod": "arith.remf"}
 _EXTERN = re.compile(r'tt\.extern_elementwise ([^{]*?) \{[^}]*symbol = "__nv_(\w+)"\} : \(([^)]*)\) -> (\S+)')
 
 
@@ -57,7 +53,7 @@ def _libdevice_call(match: re.Match) -> str:
     if name not in LIBDEVICE_TO_MATH:
         raise Unsupported(f"libdevice __nv_{symbol} has no math-dialect equivalent in the triton-spike "
                           f"chain (known: {', '.join(sorted(LIBDEVICE_TO_MATH))})", stage="ttir")
-    return f"math.{LIBDEVICE_TO_MATH[name]} {operands} : {result_type}"
+    return f"{LIBDEVICE_TO_MATH[name]} {operands} : {result_type}"
 
 
 TTIR_FIXUPS = (
@@ -69,7 +65,7 @@ TTIR_FIXUPS = (
           "llvm.intr.assume, whose custom syntax the adapter's LLVM dialect cannot parse. A hint: dropped.",
           re.compile(r"^\s*llvm\.intr\.assume [^\n]*\n", re.M), ""),
     Fixup("libdevice", "a CUDA target turns libdevice calls into tt.extern_elementwise \"__nv_*\", which the "
-          "adapter passes through and mlir-opt cannot lower; rewritten to the math op Triton 3.2 emits.",
+          "adapter passes through and mlir-opt cannot lower; rewritten to the op Triton 3.2 emits.",
           _EXTERN, _libdevice_call),
 )
 

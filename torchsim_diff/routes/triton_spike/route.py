@@ -72,6 +72,7 @@ class TritonSpikeRoute(TritonInterpreterRoute):
             raise RouteFailure(Kind.TOOL_ERROR, "setup", str(missing)) from None
         self._scratch = tempfile.TemporaryDirectory(prefix="torchsim-triton-spike-")
         self.spike_launcher = self._make_launcher().configure(tools, self.spike_options, self._scratch.name)
+        self.spike_launcher.ttir_server.start()
 
     def _make_launcher(self) -> SpikeLauncher:
         spec = self.options.get("launcher")

@@ -49,6 +49,11 @@ class TtirServer:
             raise TtirError(reply.get("error", "no error message"))
         return reply["ttir"]
 
+    def start(self) -> None:
+        """Start the child now (it imports triton and Inductor's runtime: seconds), so that
+        its start overlaps the worker's first compile instead of adding to it."""
+        self._start()
+
     def _ask(self, request: str) -> dict:
         child = self._start()
         try:
@@ -91,6 +96,7 @@ class _Frontend:
     """triton's front end, set up once; kernel modules loaded once per source text."""
 
     def __init__(self, folder: str):
+        import torch._inductor.runtime.triton_helpers  # noqa: F401 - what every kernel module imports
         from triton.backends.compiler import GPUTarget
         from triton.compiler.compiler import make_backend
         self.folder = folder
