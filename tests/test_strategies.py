@@ -104,3 +104,94 @@ def test_bad_arguments_fail_at_once_naming_the_value(kwargs, fragment):
     with pytest.raises(InvalidArgument, match=None) as info:
         cases(**kwargs)
     assert fragment in str(info.value)
+
+
+def _distinct_cases(strategy, n, seed_value=1):
+    from hypothesis import Phase, seed
+
+    found, seen = [], set()
+
+    class Enough(BaseException):
+        pass
+
+    @seed(seed_value)
+    @settings(max_examples=n * 4, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def collect(case):
+        if case.case_id not in seen:
+            seen.add(case.case_id)
+            found.append(case)
+            if len(found) >= n:
+                raise Enough
+    try:
+        collect()
+    except Enough:
+        pass
+    return found
+
+
+def test_coverage_schedule_draws_every_op_of_a_family_several_times():
+    from collections import Counter
+
+    from torchsim_diff.ops import ops_in
+    drawn = _distinct_cases(cases(families=["reduction", "normalization"]), 40)
+    counts = Counter(node["op"] for case in drawn for node in case.nodes)
+    wanted = {op.name for op in ops_in(["reduction", "normalization"], None, "float32")}
+    assert {op: counts[op] for op in wanted if counts[op] < 3} == {}
+
+
+def test_schedule_keeps_a_keys_op_and_counts_each_distinct_case_once():
+    from torchsim_diff.ops import ops_in
+    from torchsim_diff.strategies import CoverageSchedule
+    schedule = CoverageSchedule(ops_in(None, None, "float32"))
+    first = schedule.op_for("key")
+    case = Case(dtype="float32", inputs=[], nodes=[{"id": "v0", "op": first.name, "args": [], "attrs": {}}],
+                outputs=[], values={"seed": 0})
+    schedule.record(case)
+    schedule.record(case)
+    assert schedule.op_for("key") is first
+    assert schedule.counts[first.name] == 1
+    assert schedule.op_for("another key") is not first
+
+
+def test_value_and_size_tails_reach_a_minority_of_cases():
+    drawn = _distinct_cases(cases(), 60)
+    tails = [set(case.values.get("tails", [])) for case in drawn]
+    value_share = sum(1 for t in tails if t - {"odd_sizes"}) / len(drawn)
+    odd_share = sum(1 for t in tails if "odd_sizes" in t) / len(drawn)
+    assert 0.05 < value_share < 0.5 and 0.05 < odd_share < 0.5, (value_share, odd_share)
+    for case, case_tails in zip(drawn, tails):
+        for spec in case.inputs:
+            assert spec["domain"].get("tail") in (case_tails - {"odd_sizes"}) | {None}
+
+
+@pytest.mark.parametrize("tail", ["near_overflow", "denormal", "signed_zero", "ties", "cancellation"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_value_tails_stay_inside_their_domain(tail, dtype):
+    from torchsim_diff import values
+    info = torch.finfo(dtype)
+    for kind, lo in [("real", None), ("positive", 0.0), ("nonzero", 0.0)]:
+        x = values.draw({"kind": kind, "tail": tail}, (4096,), dtype, torch.Generator().manual_seed(5))
+        assert torch.isfinite(x).all()
+        if lo is not None:
+            assert (x.abs() > lo).all() if kind == "nonzero" else (x > lo).all()
+    x = values.draw({"kind": "real", "tail": tail}, (4096,), dtype, torch.Generator().manual_seed(5)).double()
+    seen = {"near_overflow": (x.abs() > info.max ** 0.5 / 2).any(),
+            "denormal": ((x != 0) & (x.abs() < info.smallest_normal)).any(),
+            "signed_zero": (torch.signbit(x) & (x == 0)).any(),
+            "ties": x.unique().numel() < 20,
+            "cancellation": (x.abs() > 32).all()}
+    assert seen[tail]
+
+
+def test_odd_sizes_make_matmul_k_no_multiple_of_8():
+    drawn = _distinct_cases(cases(ops=["mm"]), 40)
+    ks = [case.inputs[0]["shape"][1] for case in drawn if "odd_sizes" in case.values.get("tails", [])]
+    assert ks and any(k > 8 and k % 8 for k in ks)
+
+
+def test_unknown_value_tail_is_refused_by_name():
+    from torchsim_diff import values
+    with pytest.raises(ValueError, match="'wobble'"):
+        values.draw({"kind": "real", "tail": "wobble"}, (3,), torch.float32, torch.Generator())
