@@ -202,6 +202,8 @@ def cmd_reduce(args) -> int:
 # -- export ---------------------------------------------------------------------------
 def cmd_export(args) -> int:
     """Write the reproducer bundle of one bucket (its smallest case) to a folder."""
+    if args.bucket.endswith(".json"):
+        return _export_entry(args)
     from torchsim_diff.buckets import BucketStore, smallest_per_bucket
     from torchsim_diff.repro import BundleError, write_bundle
     from torchsim_diff.results import find_results, read_records
@@ -222,6 +224,21 @@ def cmd_export(args) -> int:
     except BundleError as exc:
         raise UsageError(str(exc)) from None
     print(f"bundle for bucket {args.bucket} ({record['route']}, {record['kind']}) written to {folder}")
+    return EXIT_CLEAN
+
+
+def _export_entry(args) -> int:
+    """The bundle of a known corpus entry (export corpora/known/X.json --to DIR)."""
+    from torchsim_diff.corpus import CorruptEntry, read_entry
+    from torchsim_diff.repro import BundleError, entry_record, write_bundle
+    if not os.path.exists(args.bucket):
+        raise UsageError(f"{args.bucket}: no such corpus entry")
+    try:
+        record = entry_record(read_entry(args.bucket))
+        folder = write_bundle(record, args.to, minimise=not args.all_shims, run=True)
+    except (CorruptEntry, BundleError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"bundle for {args.bucket} ({record['route']}, {record['kind']}) written to {folder}")
     return EXIT_CLEAN
 
 
@@ -321,8 +338,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reduce)
 
     p = sub.add_parser("export", help="write the reproducer bundle of a bucket")
-    p.add_argument("bucket", help="bucket id (from a bucket table)")
+    p.add_argument("bucket", help="bucket id (from a bucket table), or a known entry corpora/known/X.json")
     p.add_argument("--to", required=True, help="folder to write the bundle into")
+    p.add_argument("--all-shims", action="store_true",
+                   help="triton: ship every interpreter shim instead of trying without each (faster)")
     p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
     p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"), help="bucket history file")
     p.set_defaults(func=cmd_export)

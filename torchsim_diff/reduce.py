@@ -380,6 +380,7 @@ def _contiguous_geometry(shape) -> dict:
 # not depend on that op, so one bug met through many ops reduces to one case (one bucket).
 CANONICAL_OPS = {1: ("neg", "abs", "relu"), 2: ("add", "mul"), 3: ("where",)}
 MATMUL_OPS = ("mm", "bmm", "matmul")
+INPLACE_OPS = ("add_", "mul_")     # pointwise writes of one operand (attributes: the written view)
 
 
 def _canonical_ops(case: Case):
@@ -387,17 +388,20 @@ def _canonical_ops(case: Case):
     within the matmul and reduction families, dropped for pointwise ops)."""
     for position, node in enumerate(case.nodes):
         spec = get_op(node["op"])
-        if spec.mutates:
-            continue
         simpler = list(CANONICAL_OPS.get(len(node["args"]), ()))
-        if spec.family == "matmul":
+        if spec.mutates:
+            simpler = list(INPLACE_OPS) if len(node["args"]) == 2 else []
+        elif spec.family == "matmul":
             simpler = list(MATMUL_OPS) + simpler
         elif spec.family == "reduction":
             simpler = ["sum"] + simpler
         for name in simpler[: simpler.index(node["op"]) if node["op"] in simpler else None]:
             data = case.to_dict()
             keep = get_op(name).family == spec.family and spec.family != "pointwise"
-            data["nodes"][position] = {**node, "op": name, "attrs": dict(node.get("attrs", {})) if keep else {}}
+            attrs = dict(node.get("attrs", {})) if keep else {}
+            if spec.mutates:
+                attrs = {"view": node.get("attrs", {}).get("view")}
+            data["nodes"][position] = {**node, "op": name, "attrs": attrs}
             yield _candidate(data)
 
 

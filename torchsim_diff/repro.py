@@ -1,79 +1,463 @@
-"""Reproducer bundles: one folder per bucket that reproduces a finding without torchsim-diff.
+"""Reproducer bundles a maintainer files as they are: one folder per bug.
 
     >>> write_bundle(record, "reports/run/bundles/1cfb0bfb18")
+    >>> write_bundle(entry_record(read_entry("corpora/known/X.json")), "bundles/X")
 
-A bundle (DESIGN.md, "Reproducer bundle") holds:
-    repro.py      standalone script: imports torch (and the route's own toolchain), never
-                  torchsim_diff. Rebuilds the inputs bit for bit (whole storages, guards
-                  included, exact sizes/strides/offsets), runs float64 eager, eager and the
-                  route, prints the comparison and exits 1 when the bug reproduces, 0 when it
-                  does not, 2 when the route cannot run standalone or here.
-    case.json     the case; inputs.bin the storages' raw bytes (also embedded in repro.py
-                  when small); artifacts/ the route's files from the run; ISSUE.md the text
-                  to paste upstream.
-The comparison rule in repro.py is a small copy of torchsim_diff.oracle's, generated from
-the oracle's own constants (TOLERANCES, MARGIN, MANTISSA_BITS), so the two cannot drift.
+A bundle holds:
+    repro.py    standalone: torch (and the route's toolchain) only. The minimal program, its
+                inputs from small explicit values as `as_strided` views (guard storage only
+                for a guard violation), eager / compiled / float64 printed; exit 1 while the
+                bug reproduces, 0 once fixed, 2 when torch or the toolchain is missing.
+    judge.py    torchsim-diff's comparison rule, copied verbatim (torchsim_diff/judge.py).
+    triton_shims.py  (triton route) only the interpreter shims this bug needs.
+    ISSUE.md    for the upstream project the route belongs to, in that project's issue
+                template sections, with where to file it, a title in the maintainer's words,
+                the known-bug note and first divergent op on top, and versions from the
+                route's own report (and torch's collect_env for PyTorch).
+    case.json   the case; artifacts/ the route's files from the run.
 """
 from __future__ import annotations
 
-import base64
-import json
+import dataclasses
+import functools
+import math
 import os
-import pprint
-import re
 import shutil
 import subprocess
-from importlib import metadata
+import sys
 
-from torchsim_diff import layout, oracle
-from torchsim_diff.graph import Case
+from torchsim_diff import layout
+from torchsim_diff.graph import Case, CaseError
 
-# Above this many bytes of input storages, repro.py reads inputs.bin instead of embedding them.
-EMBED_LIMIT_BYTES = 256 * 1024
-INPUTS_FILE = "inputs.bin"
-SHIMS_FILE = "triton_interpreter_shims.py"
-PYTHON_PACKAGES = ("torch", "triton", "torch-mlir", "numpy", "spike", "torchsim-diff")
-TOOLS = ("clang-19", "clang", "spike", "riscv64-unknown-elf-gcc")
+INLINE_ELEMENTS = 64          # larger storages go to inputs.pt instead of repro.py
+SHIMS_FILE = "triton_shims.py"
 
 
 class BundleError(ValueError):
     """A record that cannot be turned into a bundle (message names the field)."""
 
 
-def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None) -> str:
-    """Write the reproducer bundle of a results.jsonl `record` into `to_dir`; returns `to_dir`.
+# -- upstream projects -------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Project:
+    name: str
+    repo: str
+    file_at: str
+    sections: tuple          # (bug section, versions section) of its issue template
 
-    `artifacts_dir` overrides the record's `artifacts` folder (e.g. after a run was moved).
-    """
+
+PROJECTS = {p.name: p for p in (
+    Project("pytorch", "pytorch/pytorch", "https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml",
+            ("### 🐛 Describe the bug", "### Versions")),
+    Project("triton", "triton-lang/triton", "https://github.com/triton-lang/triton/issues/new?template=bug.yml",
+            ("### Describe the bug", "### Environment details")),
+    Project("torch-mlir", "llvm/torch-mlir", "https://github.com/llvm/torch-mlir/issues/new",
+            ("## Description", "## Versions")),
+    Project("llvm", "llvm/llvm-project", "https://github.com/llvm/llvm-project/issues/new",
+            ("## Description", "## Version")),
+    Project("triton-adapter", "Ascend/triton-ascend", "https://gitcode.com/Ascend/triton-ascend/issues",
+            ("## Description", "## Environment")),
+)}
+ROUTE_PROJECT = {"eager": "pytorch", "inductor": "pytorch", "triton": "pytorch", "triton-cuda": "pytorch",
+                 "mlir": "torch-mlir", "spike": "torch-mlir", "triton-spike": "triton-adapter"}
+# How the title names the compiler, per (project, route).
+COMPILER_NAMES = {("pytorch", "inductor"): "torch.compile (Inductor CPU)",
+                  ("pytorch", "triton"): "torch.compile (Inductor Triton kernels, TRITON_INTERPRET=1)",
+                  ("pytorch", "triton-cuda"): "torch.compile (Inductor Triton, CUDA)",
+                  ("triton", "triton"): "Interpreter (TRITON_INTERPRET=1)",
+                  ("torch-mlir", "mlir"): "fx.export_and_import (linalg-on-tensors)",
+                  ("torch-mlir", "spike"): "fx.export_and_import (linalg-on-tensors)",
+                  ("llvm", "spike"): "[RISCV]"}
+
+
+def project_of(record: dict) -> Project:
+    """The upstream project: the record's `project`, else the one its `upstream` URL names,
+    else the route's."""
+    name = record.get("project")
+    upstream = record.get("upstream") or ""
+    if not name:
+        name = next((p.name for p in PROJECTS.values() if p.repo in upstream), None)
+    name = name or ROUTE_PROJECT.get(record.get("route"), "pytorch")
+    if name not in PROJECTS:
+        raise BundleError(f"project={name!r} is not one of {', '.join(PROJECTS)}")
+    return PROJECTS[name]
+
+
+# -- the title -------------------------------------------------------------------------------
+LAYOUT_WORDS = {"transposed": "permuted", "sliced": "sliced", "broadcast": "expanded (stride-0)",
+                "offset": "storage-offset", "channels_last": "channels-last", "overlapping": "self-overlapping",
+                "strided": "non-contiguous", "inout": "mutated"}
+SYMPTOMS = {"wrong_values": "returns wrong values", "nonfinite_mismatch": "returns a different NaN/Inf pattern",
+            "guard_violation": "writes outside the tensor's view", "shape_mismatch": "returns a wrong shape",
+            "dtype_mismatch": "returns a wrong dtype", "crash": "crashes the process", "timeout": "hangs",
+            "nondeterministic": "differs from run to run", "runtime_error": "raises at run time",
+            "compile_error": "fails to compile"}
+INDEX_OPS = ("argmax", "argmin")
+
+
+def title(record: dict, case: Case) -> str:
+    """"<compiler>: <expr> on a <layout> input <symptom>", from the minimal case and trigger."""
+    project = project_of(record)
+    compiler = COMPILER_NAMES.get((project.name, record["route"]), f"{project.name} ({record['route']})")
+    words = [LAYOUT_WORDS[t] for t in _trigger_of(record, case) if t in LAYOUT_WORDS]
+    where = f" on {_article(words[0])} {' '.join(words)} input" if words else ""
+    dtype = f" ({case.dtype})" if case.dtype != "float32" else ""
+    return f"{compiler}: {expression(case)}{where}{dtype} {_symptom(record, case)}"
+
+
+def _trigger_of(record: dict, case: Case) -> list:
+    """The ablation trigger when reduce-then-bucket found one, else the inputs' layout classes."""
+    if record.get("trigger") is not None and record.get("reduced_case"):
+        return list(record["trigger"])
+    classes = set()
+    for spec in case.inputs:
+        lay = spec["layout"]
+        classes.update(layout.layout_classes(spec["shape"], lay["strides"], lay["offset"], lay["storage_size"],
+                                             bool(spec.get("mutated"))))
+    return sorted(classes - {"contiguous"}, key=list(LAYOUT_WORDS).index)
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def _symptom(record: dict, case: Case) -> str:
+    kind = record.get("kind") or "wrong_values"
+    if kind == "wrong_values" and first_op(record, case) in INDEX_OPS:
+        return "returns a wrong index"
+    if kind in ("compile_error", "runtime_error"):
+        first = (record.get("message") or "").splitlines()[0] if record.get("message") else ""
+        return f"{SYMPTOMS[kind]}: {first[:90]}" if first else SYMPTOMS[kind]
+    return SYMPTOMS.get(kind, kind.replace("_", " "))
+
+
+def expression(case: Case) -> str:
+    """The case's first output as nested op calls, inputs named x, y, z, w: 'argmax(silu(x))'."""
+    names = {spec["name"]: n for spec, n in zip(case.inputs, _input_letters(len(case.inputs)))}
+    nodes = {n["id"]: n for n in case.nodes}
+
+    def expr(ref: str) -> str:
+        if ref in names:
+            return names[ref]
+        node = nodes[ref]
+        args = [expr(a) for a in node["args"]]
+        if node["op"].endswith("_"):
+            return f"{args[0]}.{node['op']}({', '.join(args[1:])})"
+        return f"{node['op']}({', '.join(args)})"
+    refs = case.outputs or [n["id"] for n in case.nodes][-1:]
+    return expr(refs[0]) if refs else "program()"
+
+
+def _input_letters(count: int) -> list:
+    return list("xyzw")[:count] if count <= 4 else [f"x{k}" for k in range(count)]
+
+
+# -- repro.py --------------------------------------------------------------------------------
+ROUTE_SETUP = {
+    "eager": ("", "compiled = program"),
+    "inductor": ("", 'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)'),
+    "triton": ("import triton_shims  # first: sets TRITON_INTERPRET=1, installs the shims this bug needs",
+               'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)'),
+}
+# torch-mlir: the import to linalg is where its bugs show; running the lowered module needs
+# torchsim-diff's JIT or Spike harness, so past the import the script says so and exits 2.
+_MLIR_SETUP = (
+    "from torch_mlir import fx  # torch-mlir", """def compiled(*xs):  # the route's first stage: torch.export, then torch-mlir's import to linalg
+    module = type("Program", (torch.nn.Module,), {"forward": lambda self, *a: program(*a)})()
+    exported = torch.export.export(module, tuple(x.contiguous() for x in xs), strict=False).run_decompositions()
+    fx.export_and_import(exported, output_type="linalg-on-tensors")
+    sys.exit(print("cannot run here: imported; running it needs torchsim-diff replay case.json --routes ROUTE") or 2)
+
+
+try:
+    compiled(*inputs())
+except Exception as exc:  # torch-mlir failing is the bug
+    sys.exit(print(f"REPRODUCES: {type(exc).__name__}: {str(exc).strip()[:2000]}") or 1)""")
+IMPORT_ONLY = ("mlir", "spike")     # routes whose script stops after the compiler's import stage
+ROUTE_SETUP.update({route: (_MLIR_SETUP[0], _MLIR_SETUP[1].replace("ROUTE", route)) for route in IMPORT_ONLY})
+TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "a C++ compiler", "mlir": "torch-mlir",
+             "spike": "torch-mlir"}
+
+
+def standalone_routes() -> list:
+    """Routes whose repro.py runs the route itself (others print why and exit 2)."""
+    return sorted(ROUTE_SETUP)
+
+
+def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool = False) -> str:
+    """The text of repro.py (see module docstring)."""
+    route = record["route"]
+    env, setup = ROUTE_SETUP.get(route, ("", None))
+    head = [f'"""{title(record, case)}']
+    head += [f"Known bug: {note}"] if note else []
+    head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
+             f"{TOOLCHAIN.get(route) or 'the toolchain'} missing.", '"""']
+    imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
+               "" if route in IMPORT_ONLY else "    import judge  # torchsim-diff's comparison rule, verbatim"]
+    imports += ["except ImportError as exc:", '    print(f"cannot run here: {exc}")', "    sys.exit(2)"]
+    body = [_program_source(case), _inputs_source(case, record.get("kind"), inputs_file)]
+    if setup is None:
+        body.append(_NOT_STANDALONE.format(route=route))
+    elif route in IMPORT_ONLY:
+        body.append(setup + "\n")
+    else:
+        body.append(setup + "\n" + _run_source(case, record.get("kind")))
+    text = "\n".join(head) + "\n" + "\n".join(x for x in imports if x) + "\n\n\n" + "\n\n".join(body)
+    return text.rstrip("\n") + "\n"
+
+
+def first_op(record: dict, case: Case) -> str | None:
+    """The first divergent op: recorded by reduce-then-bucket, else the failing output's op."""
+    found = record.get("first_op") or record.get("op")
+    if found:
+        return found
+    producers = {n["id"]: n["op"] for n in case.nodes}
+    return producers.get(case.outputs[0]) if case.outputs else None
+
+
+def _divergence(record: dict, case: Case) -> str:
+    if record.get("kind") in ("compile_error", "runtime_error", "crash", "timeout"):
+        return f"Fails while compiling or running (no value to compare); output op `{first_op(record, case)}`."
+    return f"First divergent op: `{first_op(record, case)}`."
+
+
+def _program_source(case: Case) -> str:
+    return case.program_source().split("\n", 1)[1].strip("\n") + "\n"
+
+
+def _inputs_source(case: Case, kind: str | None, inputs_file: bool) -> str:
+    lines = ["def inputs(dtype=torch.float32):  # fresh views (sizes, strides, storage offset) of explicit storages"]
+    if inputs_file:
+        lines.append('    saved = torch.load(os.path.join(os.path.dirname(__file__), "inputs.pt"))')
+    views = []
+    for k, spec in enumerate(case.inputs):
+        lay = spec["layout"]
+        source = f"saved[{k}]" if inputs_file else _values_literal(storage_values(case, k, kind))
+        dtype = "dtype" if spec["dtype"] == case.dtype and layout.dtype_of(spec["dtype"]).is_floating_point \
+            else f"torch.{spec['dtype']}"
+        views.append(f"torch.tensor({source}, dtype={dtype}).as_strided({tuple(spec['shape'])}, "
+                     f"{tuple(lay['strides'])}, {lay['offset']})" if not inputs_file else
+                     f"{source}.to({dtype}).as_strided({tuple(spec['shape'])}, {tuple(lay['strides'])}, {lay['offset']})")
+    lines.append(f"    return [{', '.join(views)}]" if len(views) == 1 or len(", ".join(views)) < 80 else
+                 "    return [\n" + "".join(f"        {v},\n" for v in views) + "    ]")
+    return "\n".join(lines) + "\n"
+
+
+def storage_values(case: Case, k: int, kind: str | None) -> list:
+    """Input k's storage as Python numbers: the view's values, with guard values around them
+    only for a guard violation (elsewhere 0, and the storage ends where the view does)."""
+    spec = case.inputs[k]
+    lay = spec["layout"]
+    view = layout.materialize(spec, int(case.values.get("seed", 0)), k, bool(case.values.get("special", False)))
+    storage = layout.storage_of(view).clone()
+    if kind != "guard_violation":
+        covered = layout.covered_mask(spec["shape"], lay["strides"], lay["offset"], lay["storage_size"])
+        storage[~covered] = 0
+        storage = storage[: max(lay["offset"] + layout.span(spec["shape"], lay["strides"]), 1)]
+    return storage.tolist()
+
+
+def _values_literal(values: list) -> str:
+    return "[" + ", ".join(_number(v) for v in values) + "]"
+
+
+def _number(v) -> str:
+    if isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return f'float("{v}")'
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v)) + "."
+    return repr(v)
+
+
+def _run_source(case: Case, kind: str | None) -> str:
+    mutated = [k for k, spec in enumerate(case.inputs) if spec.get("mutated")]
+    lines = ["ex, tx, gx = inputs(), inputs(torch.float64), inputs()",
+             "eager, truth = program(*ex), program(*tx)",
+             "try:",
+             "    got = compiled(*gx)",
+             "except Exception as exc:  # the compiler failing is the bug",
+             '    print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}")',
+             "    sys.exit(1)",
+             f"allow = judge.carried(program, inputs(torch.float64), torch.{case.dtype})",
+             "checks = [(f\"output {i}\", *c) for i, c in enumerate(zip(got, eager, truth, allow.outputs, "
+             "allow.sensitivity, allow.unstable))]"]
+    if mutated:
+        lines.append(f"checks += [(f\"input {{k}}\", gx[k], ex[k], tx[k], allow.inputs[k], "
+                     f"allow.input_sensitivity[k], None) for k in {mutated}]")
+    lines += ["for where, g, e, t, carried, sensitivity, unstable in checks:",
+              '    print(f"{where}:\\n  eager    {e.tolist()}\\n  compiled {g.tolist()}\\n  float64  {t.tolist()}")',
+              "    bad, _ = judge.compare(g, e, t, where=where, carried=carried, sensitivity=sensitivity, "
+              "unstable=unstable)",
+              "    if bad:",
+              '        sys.exit(print(f"REPRODUCES: {bad.message}") or 1)']
+    if kind == "guard_violation":
+        lines += _GUARD_CHECK
+    lines.append('print("FIXED: the compiled program agrees with eager and float64")')
+    return "\n".join(lines) + "\n"
+
+
+_GUARD_CHECK = [
+    "for k, (g, e, fresh) in enumerate(zip(gx, ex, inputs())):  # storage outside what eager wrote",
+    "    flat = [x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0) for x in (g, e, fresh)]",
+    "    kept = flat[1] == flat[2]",
+    "    if not torch.equal(flat[0][kept], flat[2][kept]):",
+    '        sys.exit(print(f"REPRODUCES: input {k}: storage changed outside the elements eager wrote") or 1)',
+]
+_NOT_STANDALONE = '''print("cannot run here: route {route!r} is driven by torchsim-diff's own harness; run the "
+      "case with: torchsim-diff replay case.json --routes {route}")
+sys.exit(2)
+'''
+
+
+# -- triton shims: only those this bug needs ------------------------------------------------
+SHIM_CALLS = ("_patch_backend_hash", "_silence_no_backend_warning", "_patch_libdevice", "_patch_mask_dtype",
+              "_patch_interpreter_options", "_patch_lang_once_per_kernel", "_patch_tree_reduce",
+              "_patch_bf16_dot", "enable_triton_gemm")
+REQUIRED_SHIMS = ("_patch_backend_hash",)      # CPU tensors get Triton kernels: the route itself
+
+
+def shims_source(calls) -> str:
+    """A module with triton_shims' functions `calls` (and what they use) and an install()
+    calling them in order: the bundle's triton_shims.py."""
+    import ast
+    import inspect
+
+    from torchsim_diff.routes import triton_shims
+    source = inspect.getsource(triton_shims)
+    tree = ast.parse(source)
+    defined = {}
+    for node in tree.body:
+        for name in _names_defined(node):
+            defined[name] = node
+    keep, todo = set(), list(calls) + ["_STATE"]
+    while todo:
+        node = defined.get(todo.pop())
+        if node is None or id(node) in keep:
+            continue
+        keep.add(id(node))
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+    imports = [ast.get_source_segment(source, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    parts = ['"""Triton-interpreter shims from torchsim-diff (routes/triton_shims.py), only those '
+             'this bug needs."""\n' + "\n".join(imports)]
+    parts += [ast.get_source_segment(source, n) for n in tree.body if id(n) in keep]
+    parts.append("def install():\n" + "".join(f"    {c}()\n" for c in calls))
+    parts.append('os.environ["TRITON_INTERPRET"] = "1"   # before torch and triton are imported\ninstall()')
+    return "\n\n\n".join(parts) + "\n"
+
+
+def _names_defined(node) -> list:
+    import ast
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
+
+
+def minimise_shims(bundle: str, python: str = sys.executable, timeout_s: float = 300) -> list:
+    """The shim calls repro.py needs for its outcome (exit status and verdict line): first
+    without every optional shim at once, else dropping one at a time, each in a fresh process."""
+    baseline = _outcome(bundle, python, timeout_s)
+    if _keeps(bundle, list(REQUIRED_SHIMS), baseline, python, timeout_s):
+        return list(REQUIRED_SHIMS)
+    calls = list(SHIM_CALLS)
+    for call in SHIM_CALLS:
+        trial = [c for c in calls if c != call]
+        if call not in REQUIRED_SHIMS and _keeps(bundle, trial, baseline, python, timeout_s):
+            calls = trial
+    _write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
+    return calls
+
+
+def _keeps(bundle: str, calls: list, baseline: tuple, python: str, timeout_s: float) -> bool:
+    _write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
+    return _outcome(bundle, python, timeout_s) == baseline
+
+
+def _outcome(bundle: str, python: str, timeout_s: float) -> tuple:
+    """(exit status, normalised verdict line) of one run of repro.py."""
+    from torchsim_diff.classify import normalise
+    try:
+        done = subprocess.run([python, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return ("timeout", "")
+    verdict = [ln for ln in done.stdout.splitlines() if ln.startswith(("REPRODUCES", "FIXED", "cannot run"))]
+    return done.returncode, normalise(verdict[-1] if verdict else "")
+
+
+def run_script(bundle: str, python: str = sys.executable, timeout_s: float = 300) -> str:
+    """repro.py's output (last 40 lines) and exit status."""
+    try:
+        done = subprocess.run([python, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"(no result within {timeout_s:g} s)"
+    lines = done.stdout.rstrip("\n").splitlines()[-40:]
+    return "\n".join(lines + [f"$ echo $?  # {done.returncode}"])
+
+
+# -- the bundle ----------------------------------------------------------------------------
+def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
+                 run: bool = False) -> str:
+    """Write the bundle of a results.jsonl or known-entry `record` into `to_dir`; returns it.
+
+    The record's reduced case is used when it has one. minimise: find the triton shims the
+    bug needs by running repro.py without each (slow: one run per shim). run: run repro.py
+    once and quote its output in ISSUE.md (else the recorded message is quoted)."""
     case = _case_of(record)
     route = record.get("route")
     if not route:
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
     os.makedirs(to_dir, exist_ok=True)
-    storages = [layout.storage_of(t).contiguous() for t in layout.materialize_all(case.to_dict())]
-    blob = b"".join(_raw_bytes(s) for s in storages)
     _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
-    with open(os.path.join(to_dir, INPUTS_FILE), "wb") as handle:
-        handle.write(blob)
-    copied = _copy_artifacts(artifacts_dir or record.get("artifacts"), os.path.join(to_dir, "artifacts"))
-    if route in ("triton", "triton-cuda"):
-        _copy_triton_shims(to_dir)
-    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, blob))
-    _write_text(os.path.join(to_dir, "ISSUE.md"), render_issue(record, case, copied))
+    inputs_file = sum(int(s["layout"]["storage_size"]) for s in case.inputs) > INLINE_ELEMENTS
+    if inputs_file:
+        _save_inputs(case, record.get("kind"), os.path.join(to_dir, "inputs.pt"))
+    from torchsim_diff import judge
+    shutil.copyfile(judge.__file__, os.path.join(to_dir, "judge.py"))
+    if route == "triton":
+        _write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
+    note = record.get("note") or ""
+    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, note=note, inputs_file=inputs_file))
+    if route == "triton" and minimise:
+        record = {**record, "shims": minimise_shims(to_dir)}
+    if run:
+        record = {**record, "repro_output": run_script(to_dir)}
+    copied = _copy_artifacts(artifacts_dir or record.get("reduced_artifacts") or record.get("artifacts"),
+                             os.path.join(to_dir, "artifacts"))
+    _write_text(os.path.join(to_dir, "ISSUE.md"), render_issue(record, case, to_dir, copied))
     return to_dir
+
+
+def entry_record(entry) -> dict:
+    """A known corpus entry as a record write_bundle takes (`export corpora/known/X.json`)."""
+    raw = entry.raw
+    if not entry.route:
+        raise BundleError(f"{entry.path}: not a known-bug entry (no 'route'); only known bugs have bundles")
+    return {"route": entry.route, "kind": raw.get("kind"), "message": raw.get("message", ""),
+            "case": entry.case.to_dict(), "note": raw.get("note", ""), "upstream": raw.get("upstream", ""),
+            "project": raw.get("project"), "first_op": raw.get("first_op"), "op": raw.get("first_op"),
+            "bucket": entry.bucket, "artifacts": None}
 
 
 def _case_of(record: dict) -> Case:
     if not isinstance(record, dict) or "case" not in record:
         raise BundleError("record has no 'case'; pass a results.jsonl record (Verdict.record())")
-    return Case.from_dict(record["case"])
+    try:
+        return Case.from_dict(record.get("reduced_case") or record["case"])
+    except CaseError as exc:
+        raise BundleError(f"record's case is invalid: {exc}") from None
 
 
-def _raw_bytes(storage) -> bytes:
+def _save_inputs(case: Case, kind: str | None, path: str) -> None:
     import torch
-    if storage.dtype == torch.bool:
-        storage = storage.to(torch.uint8)
-    return storage.view(torch.uint8).numpy().tobytes()
+    storages = [torch.tensor(storage_values(case, k, kind), dtype=torch.float64 if
+                             layout.dtype_of(s["dtype"]).is_floating_point else layout.dtype_of(s["dtype"]))
+                for k, s in enumerate(case.inputs)]
+    torch.save(storages, path)
 
 
 def _write_text(path: str, text: str) -> None:
@@ -82,7 +466,6 @@ def _write_text(path: str, text: str) -> None:
 
 
 def _copy_artifacts(source: str | None, target: str) -> list:
-    """Copy the route's artifact folder; the relative paths of the files copied."""
     if not source or not os.path.isdir(source):
         return []
     shutil.copytree(source, target, dirs_exist_ok=True)
@@ -92,534 +475,60 @@ def _copy_artifacts(source: str | None, target: str) -> list:
     return sorted(found)
 
 
-def _copy_triton_shims(to_dir: str) -> None:
-    """The interpreter shims the triton routes run under (standalone: stdlib, torch, triton, numpy)."""
-    from torchsim_diff.routes import triton_shims
-    shutil.copyfile(triton_shims.__file__, os.path.join(to_dir, SHIMS_FILE))
+# -- ISSUE.md ------------------------------------------------------------------------------
+def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
+    """The issue text in the upstream project's template sections."""
+    project = project_of(record)
+    bug, versions = project.sections
+    with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
+        script = handle.read()
+    top = [f"<!-- File at {project.file_at} -->", f"# {title(record, case)}", ""]
+    if record.get("note"):
+        top += [f"> Known bug: {record['note']}", ">"]
+    top += [f"> {_divergence(record, case)} Upstream: {record.get('upstream') or 'not yet filed'}.", ""]
+    parts = top + [bug, "", _description(record, case), "", "```python", script.rstrip("\n"), "```", "",
+                   "Output of `python repro.py`:", "", "```",
+                   (record.get("repro_output") or record.get("message") or "").strip(), "```", ""]
+    if record.get("shims"):
+        parts += [f"`{SHIMS_FILE}` (next to the script) holds the shims that let Inductor's Triton kernels run "
+                  f"on CPU tensors under `TRITON_INTERPRET=1`; this bug needs: "
+                  f"{', '.join(s.strip('_') for s in record['shims'])}.", ""]
+    parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails when "
+              "it is further from float64 than eager's own error allows, by a margin.", ""]
+    parts += [versions, "", "```", versions_text(record["route"], project).rstrip("\n"), "```", ""]
+    if artifacts:
+        parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
+    return "\n".join(parts)
 
 
-# -- versions ------------------------------------------------------------------------------
-def component_versions() -> dict:
-    """{component: version or "not installed"} for every package and tool a route may use."""
-    found = {}
-    for package in PYTHON_PACKAGES:
-        try:
-            found[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found[package] = "not installed"
-    for tool in TOOLS:
-        found[tool] = _tool_version(tool)
-    return found
+def _description(record: dict, case: Case) -> str:
+    layouts = "; ".join(f"`{s['name']}`: shape {s['shape']}, strides {s['layout']['strides']}, storage offset "
+                        f"{s['layout']['offset']} ({', '.join(s['layout']['classes'])})" for s in case.inputs)
+    return (f"`{expression(case)}` compiled by route `{record['route']}` disagrees with eager PyTorch "
+            f"({record.get('kind', 'failure').replace('_', ' ')}). Inputs: {layouts or 'none'}. "
+            "Eager agrees with the same program run in float64.")
 
 
-def _tool_version(tool: str) -> str:
-    path = shutil.which(tool)
-    if not path:
-        return "not installed"
-    # spike has no --version; its usage banner names the release.
-    flag = "--help" if tool == "spike" else "--version"
-    try:
-        done = subprocess.run([path, flag], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"{path} (version unknown: {exc})"
-    banner = done.stdout + done.stderr
-    release = re.search(r"\d+\.\d+(\.\d+)?(-\w+)?", banner)
-    return f"{release.group(0) if release else 'version unknown'} ({path})"
-
-
-def _route_facts(route: str) -> dict:
-    """The route's description and own versions(), or what stopped us from reading them."""
+def versions_text(route: str, project: Project) -> str:
+    """The route's own version report, and for PyTorch the output of torch's collect_env."""
     from torchsim_diff.routes import UnknownRoute, route_class
     try:
-        cls = route_class(route)
+        report = route_class(route)().versions()
     except (UnknownRoute, ImportError, AttributeError) as exc:
-        return {"description": f"(route {route!r} is not registered here: {exc})", "versions": {}}
+        report = {"error": f"route {route!r}: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - a broken toolchain still gets its report
+        report = {"error": f"{type(exc).__name__}: {exc}"}
+    text = "\n".join(f"{name}: {value}" for name, value in report.items()) + "\n"
+    if project.name == "pytorch":
+        text += "\n" + _collect_env()
+    return text
+
+
+@functools.lru_cache(maxsize=1)
+def _collect_env() -> str:
     try:
-        versions = cls().versions()
-    except Exception as exc:  # noqa: BLE001 - a broken toolchain still gets its bundle
-        versions = {"error": f"{type(exc).__name__}: {exc}"}
-    return {"description": cls.description, "versions": versions}
-
-
-# -- repro.py ------------------------------------------------------------------------------
-def render_script(record: dict, case: Case, blob: bytes) -> str:
-    """The text of repro.py for `record` whose input storages are `blob`."""
-    route = record["route"]
-    constants = {
-        "ROUTE": route,
-        "RECORDED_KIND": record.get("kind"),
-        "RECORDED_MESSAGE": (record.get("message") or "").splitlines()[0] if record.get("message") else "",
-        "DTYPE": case.dtype,
-        "SEED": int(case.values.get("seed", 0)),
-        "INPUTS": _input_manifest(case),
-        "INPUT_DATA": base64.b64encode(blob).decode("ascii") if len(blob) <= EMBED_LIMIT_BYTES else None,
-        "TOLERANCES": {layout.dtype_name(d): list(tol) for d, tol in oracle.TOLERANCES.items()},
-        "MARGIN": oracle.MARGIN,
-        "LOW_PRECISION_MARGIN": oracle.LOW_PRECISION_MARGIN,
-        "FEW_ELEMENTS": oracle.FEW_ELEMENTS,
-        "FEW_ELEMENTS_FACTOR": oracle.FEW_ELEMENTS_FACTOR,
-        "MANTISSA_BITS": {layout.dtype_name(d): bits for d, bits in oracle.MANTISSA_BITS.items()},
-    }
-    assignments = "\n".join(f"{name} = {_literal(value)}" for name, value in constants.items())
-    header = _SCRIPT_HEADER.format(route=route, kind=record.get("kind"), op=record.get("op"),
-                                   version=_own_version())
-    prelude = _ROUTE_PRELUDE.get(route, "")
-    return (header + prelude + "import torch\n\n" + assignments + "\n\n\n"
-            + _program_body(case) + _SCRIPT_BODY + _route_compiler(route) + _SCRIPT_MAIN)
-
-
-def _literal(value) -> str:
-    if isinstance(value, str) and len(value) > 100:
-        # Long base64: wrapped so the script stays readable in an editor.
-        chunks = [value[i:i + 96] for i in range(0, len(value), 96)]
-        return "(\n" + "".join(f"    {c!r}\n" for c in chunks) + ")"
-    if isinstance(value, (dict, list)):
-        return pprint.pformat(value, width=110, sort_dicts=False)
-    return repr(value)
-
-
-def _input_manifest(case: Case) -> list:
-    manifest, at = [], 0
-    for spec in case.inputs:
-        dtype = layout.dtype_of(spec["dtype"])
-        size = int(spec["layout"]["storage_size"])
-        item = 1 if spec["dtype"] == "bool" else dtype.itemsize
-        manifest.append({"name": spec["name"], "dtype": spec["dtype"], "shape": list(spec["shape"]),
-                         "strides": list(spec["layout"]["strides"]), "offset": int(spec["layout"]["offset"]),
-                         "storage_size": size, "mutated": bool(spec.get("mutated")), "byte_offset": at})
-        at += size * item
-    return manifest
-
-
-def _program_body(case: Case) -> str:
-    source = case.program_source()
-    return source.split("\n", 1)[1].lstrip("\n") + "\n\n"   # drop its `import torch`
-
-
-def _own_version() -> str:
-    from torchsim_diff import __version__
-    return __version__
-
-
-_SCRIPT_HEADER = '''#!/usr/bin/env python3
-"""Reproducer: route {route}, {kind} in op {op}.
-
-Generated by torchsim-diff {version}; needs only torch (and the route's own toolchain).
-    python repro.py      exit 1: the bug reproduces, 0: it does not, 2: cannot run here
-Inputs are rebuilt bit for bit: each is a view (sizes, strides, storage offset) into a 1-D
-storage whose elements outside the view hold guard values. The route's result is judged
-against float64 eager, allowing MARGIN times eager's own error plus a per-dtype floor.
-"""
-import base64
-import math
-import os
-import sys
-
-'''
-
-_ROUTE_PRELUDE = {
-    # Must be set before torch/triton are imported: Inductor reads it when kernels are created.
-    "triton": 'os.environ["TRITON_INTERPRET"] = "1"\n',
-    "triton-cuda": 'os.environ["TRITON_INTERPRET"] = "0"\n',
-}
-
-_SCRIPT_BODY = r'''HERE = os.path.dirname(os.path.abspath(__file__))
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64, "int32": torch.int32, "int64": torch.int64, "bool": torch.bool}
-
-
-class CannotRun(Exception):
-    """The route cannot run standalone or on this machine (exit 2)."""
-
-
-# -- inputs ----------------------------------------------------------------------------------
-def input_bytes():
-    if INPUT_DATA is not None:
-        return base64.b64decode(INPUT_DATA)
-    with open(os.path.join(HERE, "inputs.bin"), "rb") as handle:
-        return handle.read()
-
-
-def build_inputs(as_dtype=None):
-    """Fresh views over fresh copies of the recorded storages (float inputs cast to as_dtype)."""
-    raw, views = bytearray(input_bytes()), []
-    for spec in INPUTS:
-        dtype = DTYPES[spec["dtype"]]
-        item = 1 if dtype == torch.bool else torch.empty((), dtype=dtype).element_size()
-        chunk = raw[spec["byte_offset"]:spec["byte_offset"] + spec["storage_size"] * item]
-        flat = torch.frombuffer(chunk, dtype=torch.uint8).clone()
-        storage = flat.to(torch.bool) if dtype == torch.bool else flat.view(dtype)
-        if as_dtype is not None and dtype.is_floating_point:
-            storage = storage.to(as_dtype)
-        views.append(storage.as_strided(spec["shape"], spec["strides"], spec["offset"]))
-    return views
-
-
-def storage_of(view):
-    n = view.untyped_storage().nbytes() // view.element_size()
-    return view.as_strided((n,), (1,), 0)
-
-
-def covered_mask(spec):
-    mask = torch.zeros(spec["storage_size"], dtype=torch.bool)
-    if all(s > 0 for s in spec["shape"]):
-        index = torch.arange(spec["storage_size"]).as_strided(spec["shape"], spec["strides"], spec["offset"])
-        mask[index.reshape(-1)] = True
-    return mask
-
-
-def is_overlapping(shape, strides):
-    numel = math.prod(shape)
-    if numel <= 1:
-        return False
-    span = 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
-    return span < numel or torch.arange(span).as_strided(shape, strides, 0).unique().numel() < numel
-
-
-def run(fn, views):
-    outputs = tuple(fn(*views))
-    return [o.detach().clone() for o in outputs], [storage_of(v).clone() for v in views]
-
-
-# -- the comparison rule (a copy of torchsim_diff.oracle's) -----------------------------------
-def distance(a, b):
-    if not (a.dtype.is_floating_point and b.dtype.is_floating_point) or a.shape != b.shape:
-        return torch.zeros(b.shape, dtype=torch.float64)
-    return (a.double() - b.double()).abs().nan_to_num(nan=math.inf)
-
-
-def sensitivity(truth_outputs, truth_storages):
-    """How far the float64 result moves when every input moves by up to one ulp of DTYPE."""
-    if not DTYPES[DTYPE].is_floating_point:
-        return ([torch.zeros(o.shape, dtype=torch.float64) for o in truth_outputs],
-                [torch.zeros(s.shape, dtype=torch.float64) for s in truth_storages])
-    eps = torch.finfo(DTYPES[DTYPE]).eps
-    gen = torch.Generator().manual_seed(SEED + 7)
-    views = build_inputs(torch.float64)
-    dense = []
-    for view in views:
-        copy = view.detach().clone()
-        if copy.dtype == torch.float64:
-            copy = copy * (1 + eps * (torch.rand(copy.shape, generator=gen, dtype=torch.float64) * 2 - 1))
-        dense.append(copy)
-    outputs = program(*dense)
-    out_sens = [distance(o, t) for o, t in zip(outputs, truth_outputs)]
-    storage_sens = []
-    for view, final, truth in zip(views, dense, truth_storages):
-        moved = storage_of(view).clone()
-        if final.dtype == torch.float64 and not is_overlapping(list(view.shape), list(view.stride())):
-            moved.as_strided(view.shape, view.stride(), view.storage_offset()).copy_(final)
-        storage_sens.append(distance(moved, truth))
-    return out_sens, storage_sens
-
-
-def same_bits(a, b):
-    if a.dtype.is_floating_point:
-        as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
-        return a.view(as_int) == b.view(as_int)
-    return a == b
-
-
-def same_class(a, b):
-    return ((torch.isfinite(a) & torch.isfinite(b)) | (torch.isnan(a) & torch.isnan(b))
-            | (torch.isinf(a) & torch.isinf(b) & (torch.sign(a) == torch.sign(b))))
-
-
-def compare(where, got, want, truth, sens):
-    """A list of report lines: empty when `got` passes."""
-    if list(got.shape) != list(want.shape):
-        return [f"{where}: shape {list(got.shape)} != eager's {list(want.shape)}"]
-    if got.dtype != want.dtype:
-        return [f"{where}: dtype {got.dtype} != eager's {want.dtype}"]
-    if not got.dtype.is_floating_point:
-        wrong = (got != want) & (got != truth.to(got.dtype))
-        return describe(where, "exact values differ", wrong, got, want) if wrong.any() else []
-    rtol, atol = TOLERANCES[str(got.dtype).replace("torch.", "")]
-    g, e, t = got.double(), want.double(), truth.double()
-    rounded = truth.to(got.dtype).double()
-    bad_nonfinite = ~same_class(g, e) & ~same_class(g, rounded)
-    if bad_nonfinite.any():
-        return describe(where, "non-finite pattern differs", bad_nonfinite, g, e)
-    finite = torch.isfinite(g) & torch.isfinite(e) & torch.isfinite(t)
-    err = torch.where(finite, (g - t).abs(), torch.zeros_like(t))
-    eager_err = torch.where(finite, (e - t).abs(), torch.zeros_like(t))
-    eager_max = float(eager_err.max()) if eager_err.numel() else 0.0
-    sens_max = float(sens.max()) if sens.numel() else 0.0
-    margin = (LOW_PRECISION_MARGIN if got.dtype in (torch.float16, torch.bfloat16) else MARGIN) * (
-        FEW_ELEMENTS_FACTOR if t.numel() <= FEW_ELEMENTS else 1.0)
-    allowed = atol + rtol * t.abs().nan_to_num(0.0) + margin * (torch.clamp(eager_err, min=eager_max) + sens_max)
-    wrong = finite & (err > allowed)
-    print(f"  {where}: {figures(err, eager_err, t, got.dtype, atol)}")
-    return describe(where, "values differ", wrong, g, t, err, allowed, e) if wrong.any() else []
-
-
-def figures(err, eager_err, t, dtype, atol):
-    if err.numel() == 0:
-        return "empty"
-    magnitude = t.abs().nan_to_num(0.0)
-    rel = torch.where(magnitude > atol, err / magnitude.clamp(min=atol), torch.zeros_like(err))
-    info = torch.finfo(dtype)
-    ulp = torch.pow(2.0, torch.floor(torch.log2(magnitude.clamp(min=info.smallest_normal, max=info.max)))
-                    - MANTISSA_BITS[str(dtype).replace("torch.", "")])
-    route_err, eager = float(err.max()), float(eager_err.max())
-    ratio = "inf" if eager == 0.0 and route_err > 0 else f"{route_err / eager:.3g}" if eager else "0"
-    return (f"max abs err {route_err:.6g}, max rel err {float(rel.max()):.6g}, max ulp {float((err / ulp).max()):.6g}, "
-            f"eager's max abs err {eager:.6g}, route/eager {ratio}")
-
-
-def unravel(flat, shape):
-    index = []
-    for size in reversed(list(shape)):
-        index.append(flat % size if size else 0)
-        flat //= max(size, 1)
-    return tuple(reversed(index))
-
-
-def describe(where, what, wrong, got, expected, err=None, allowed=None, eager=None):
-    total, count = wrong.numel(), int(wrong.sum())
-    lines = [f"{where}: {what}", f"  Mismatched elements: {count} / {total} ({100.0 * count / max(total, 1):.1f}%)"]
-    if err is not None:
-        flat = int(torch.where(wrong, err, torch.full_like(err, -1.0)).reshape(-1).argmax())
-        lines.append(f"  Greatest absolute difference: {float(err.reshape(-1)[flat]):.6g} at index "
-                     f"{unravel(flat, wrong.shape)} (up to {float(allowed.reshape(-1)[flat]):.3g} allowed); "
-                     f"got {float(got.reshape(-1)[flat]):.9g}, float64 truth {float(expected.reshape(-1)[flat]):.9g}, "
-                     f"eager {float(eager.reshape(-1)[flat]):.9g}")
-    else:
-        flat = int(wrong.reshape(-1).nonzero()[0])
-        lines.append(f"  First mismatch at index {unravel(flat, wrong.shape)}: "
-                     f"got {got.reshape(-1)[flat].item()!r}, expected {expected.reshape(-1)[flat].item()!r}")
-    return lines
-
-
-def check_storage(spec, init, got, want, truth, sens):
-    where = f"input {spec['name']} (whole storage)"
-    if got.shape != init.shape or got.dtype != init.dtype:
-        return [f"{where}: storage came back as {got.dtype}{list(got.shape)}"]
-    covered = covered_mask(spec)
-    guard_changed = ~covered & ~same_bits(got, init)
-    if guard_changed.any():
-        positions = guard_changed.nonzero().reshape(-1)[:8].tolist()
-        return [f"{where}: route wrote {int(guard_changed.sum())} guard elements outside the view "
-                f"(storage positions {positions}; view offset {spec['offset']}, strides {spec['strides']})"]
-    if not spec["mutated"]:
-        changed = covered & ~same_bits(got, init)
-        return [f"{where}: route changed {int(changed.sum())} elements of a read-only input"] if changed.any() else []
-    got_c, want_c, truth_c, sens_c = got[covered], want[covered], truth[covered], sens[covered]
-    lines = compare(where, got_c, want_c, truth_c, sens_c)
-    untouched = same_bits(want, init)[covered]
-    if lines and not compare(where, got_c[~untouched], want_c[~untouched], truth_c[~untouched], sens_c[~untouched]):
-        count = int((~same_bits(got_c, want_c) & untouched).sum())
-        lines.insert(0, f"{where}: route changed {count} elements the in-place op must leave alone")
-    return lines
-
-
-# -- the route -------------------------------------------------------------------------------
-'''
-
-_LOAD_SHIMS = '''def load_shims():
-    """The documented patches the triton routes run under (triton_interpreter_shims.py, next to this file)."""
-    import importlib.util
-    path = os.path.join(HERE, "triton_interpreter_shims.py")
-    spec = importlib.util.spec_from_file_location("triton_interpreter_shims", path)
-    shims = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = shims   # its dataclasses look their module up there
-    spec.loader.exec_module(shims)
-    return shims
-
-
-'''
-
-_COMPILERS = {
-    "eager": '''def compile_route(fn):
-    """Route eager: the program itself (the harness's self-check)."""
-    return fn
-''',
-    "inductor": '''def compile_route(fn):
-    """Route inductor: Inductor's C++ backend on CPU, one thread (as the fuzzer ran it)."""
-    torch.set_num_threads(1)
-    return torch.compile(fn, backend="inductor", fullgraph=True, dynamic=False)
-''',
-    "triton": '''def compile_route(fn):
-    """Route triton: Inductor's Triton kernels on CPU under Triton's interpreter.
-
-    Stock torch cannot run Inductor's Triton kernels on CPU tensors; the patches that make
-    it possible (each documented) are in triton_interpreter_shims.py next to this file.
-    """
-    try:
-        import triton  # noqa: F401
-    except ImportError as exc:
-        raise CannotRun(f"route triton needs the triton package: {exc}")
-    shims = load_shims()
-    shims.install_interpreter_shims()
-    shims.enable_triton_gemm()
-    return torch.compile(fn, backend="inductor", fullgraph=True, dynamic=False)
-''',
-    "triton-cuda": '''def compile_route(fn):
-    """Route triton-cuda: Inductor's Triton kernels on a CUDA GPU; inputs are whole-storage
-    copies on the GPU with the same sizes/strides/offsets, copied back after the run."""
-    if not torch.cuda.is_available():
-        raise CannotRun("route triton-cuda needs a CUDA GPU (torch.cuda.is_available() is False)")
-    shims = load_shims()
-    shims.enable_triton_gemm()   # matmul-like ops through Inductor's Triton templates
-    compiled = torch.compile(fn, backend="inductor", fullgraph=True, dynamic=False)
-
-    def on_gpu(*views):
-        device = [torch.empty(0, dtype=v.dtype).set_(v.untyped_storage()).cuda()
-                  .as_strided(v.shape, v.stride(), v.storage_offset()) for v in views]
-        outputs = compiled(*device)
-        for host, dev in zip(views, device):
-            storage_of(host).copy_(storage_of(dev).cpu())
-        return tuple(o.cpu() for o in outputs)
-    return on_gpu
-''',
-}
-
-_NOT_STANDALONE = '''def compile_route(fn):
-    raise CannotRun(
-        "route {route!r} cannot be expressed standalone (it is driven by torchsim-diff's own "
-        "harness); re-run this bundle's case.json with: torchsim-diff replay case.json --routes {route}")
-'''
-
-
-def _route_compiler(route: str) -> str:
-    compiler = _COMPILERS.get(route) or _NOT_STANDALONE.format(route=route)
-    return (_LOAD_SHIMS + compiler) if route in ("triton", "triton-cuda") else compiler
-
-
-def standalone_routes() -> list:
-    """Routes whose repro.py runs the route itself (others print why and exit 2)."""
-    return sorted(_COMPILERS)
-
-
-_SCRIPT_MAIN = r'''
-
-def run_route():
-    """The route's outputs and final storages on fresh inputs (after a warm-up compile run)."""
-    try:
-        compiled = compile_route(program)
-    except CannotRun:
-        raise
-    except Exception as exc:  # noqa: BLE001 - setting the route up is not the finding
-        raise CannotRun(f"setting up route {ROUTE} failed: {type(exc).__name__}: {exc}") from exc
-    compiled(*build_inputs())   # torch.compile is lazy: compile (and its errors) happen here
-    return run(compiled, build_inputs())
-
-
-def main():
-    print(f"route {ROUTE}; recorded {RECORDED_KIND}: {RECORDED_MESSAGE}")
-    print(f"torch {torch.__version__}")
-    initial = [storage_of(v).clone() for v in build_inputs()]
-    eager_out, eager_st = run(program, build_inputs())
-    if DTYPES[DTYPE].is_floating_point:
-        truth_out, truth_st = run(program, build_inputs(torch.float64))
-    else:
-        truth_out, truth_st = eager_out, eager_st
-    out_sens, st_sens = sensitivity(truth_out, truth_st)
-    try:
-        got_out, got_st = run_route()
-    except CannotRun as exc:
-        print(f"CANNOT RUN: {exc}")
-        return 2
-    except Exception as exc:  # noqa: BLE001 - the route failing to compile or run is the finding
-        import traceback
-        traceback.print_exc()
-        print(f"REPRODUCED: route {ROUTE} raised {type(exc).__name__}: {exc}")
-        return 1
-    problems = []
-    if len(got_out) != len(eager_out):
-        problems.append(f"route returned {len(got_out)} outputs, eager {len(eager_out)}")
-    for i, (got, want, truth) in enumerate(zip(got_out, eager_out, truth_out)):
-        problems += compare(f"output {i}", got, want, truth, out_sens[i])
-    for i, spec in enumerate(INPUTS):
-        problems += check_storage(spec, initial[i], got_st[i], eager_st[i], truth_st[i], st_sens[i])
-    if problems:
-        print("\n".join(problems))
-        print(f"REPRODUCED: route {ROUTE} disagrees with eager/float64")
-        return 1
-    print(f"NOT REPRODUCED: route {ROUTE} agrees with eager/float64 on every output and input storage")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-
-
-# -- ISSUE.md ------------------------------------------------------------------------------
-def render_issue(record: dict, case: Case, artifacts: list) -> str:
-    """Markdown ready to paste upstream."""
-    route, facts = record["route"], _route_facts(record["route"])
-    sections = [
-        f"# [{route}] {record.get('kind') or record.get('status', 'result')} in `{record.get('op')}`"
-        f"{': ' + _first_line(record) if _first_line(record) else ''}",
-        f"Route `{route}`: {facts['description']}",
-        "## Minimal program\n\n```python\n" + case.program_source() + "```",
-        "## Inputs\n\n" + _inputs_table(case),
-        "## How the route runs it\n\n```python\n" + _route_call(route) + "```",
-        "## Expected vs actual\n\n" + _expected_vs_actual(record),
-        "## Versions\n\n" + _versions_table(facts["versions"]),
-        "## How to reproduce\n\n" + _how_to_run(route, record.get("kind"), artifacts),
-    ]
-    return "\n\n".join(sections) + "\n"
-
-
-def _route_call(route: str) -> str:
-    """The route's compile call as repro.py makes it (its compile_route function)."""
-    text = _COMPILERS.get(route) or _NOT_STANDALONE.format(route=route)
-    return re.sub(r'\n    """.*?"""\n', "\n", text, flags=re.S)
-
-
-def _first_line(record: dict) -> str:
-    message = record.get("message") or ""
-    return message.splitlines()[0] if message else ""
-
-
-def _inputs_table(case: Case) -> str:
-    rows = ["| input | dtype | shape | strides | storage offset | storage size | layout | mutated |",
-            "|---|---|---|---|---|---|---|---|"]
-    for spec in case.inputs:
-        lay = spec["layout"]
-        rows.append(f"| `{spec['name']}` | {spec['dtype']} | {spec['shape']} | {lay['strides']} | {lay['offset']} "
-                    f"| {lay['storage_size']} | {', '.join(lay['classes'])} | {bool(spec.get('mutated'))} |")
-    guard = layout.GUARD["float"]
-    return ("\n".join(rows) + "\n\nEach input is a view into a 1-D storage: "
-            "`storage.as_strided(shape, strides, storage_offset)`; storage elements outside the view "
-            f"hold guard values ({guard} for floats). Exact values: `inputs.bin` (raw storages in input "
-            "order) and embedded in `repro.py`.")
-
-
-def _expected_vs_actual(record: dict) -> str:
-    message = record.get("message") or "(no message recorded)"
-    figures = [(name, record.get(name)) for name in ("max_abs_err", "max_rel_err", "max_ulp", "err_ratio")]
-    lines = ["Expected: the route agrees with eager PyTorch, judged against a float64 eager run: an element may "
-             f"differ from float64 by at most {oracle.MARGIN:g} x eager's own error plus the dtype's "
-             "torch.testing tolerance; non-finite values must match; storage outside the views "
-             "and read-only inputs must be unchanged.", "", "Actual:", "", "```", message, "```", ""]
-    if record.get("max_abs_err"):
-        lines += ["Error figures over the elements compared (route vs float64):", ""]
-        lines += [f"- {name}: {value}" for name, value in figures if value is not None]
-    return "\n".join(lines)
-
-
-def _versions_table(route_versions: dict) -> str:
-    rows = ["| component | version |", "|---|---|"]
-    rows += [f"| {name} | {value} |" for name, value in component_versions().items()]
-    if route_versions:
-        rows.append(f"| route's own report | {json.dumps(route_versions, sort_keys=True)} |")
-    return "\n".join(rows)
-
-
-def _how_to_run(route: str, kind: str | None, artifacts: list) -> str:
-    lines = ["```", "python repro.py    # exit 1: reproduces, 0: does not, 2: cannot run here", "```", ""]
-    if kind in ("crash", "timeout"):
-        lines += ["The route runs in the script's own process: a crash ends it with the signal's status "
-                  "(e.g. -11) instead of 1, and a hang hangs it (stop it with Ctrl-C or `timeout`).", ""]
-    if route not in _COMPILERS:
-        lines += [f"Route `{route}` cannot be run standalone; `repro.py` says so and exits 2. "
-                  f"Re-run the case with torchsim-diff: `torchsim-diff replay case.json --routes {route}`.", ""]
-    if route in ("triton", "triton-cuda"):
-        lines += [f"`{SHIMS_FILE}` holds the documented patches the route runs under.", ""]
-    lines.append("Bundle: `repro.py`, `case.json`, `inputs.bin`, `ISSUE.md`"
-                 + (", route artifacts:" if artifacts else " (the run kept no route artifacts)."))
-    lines += [f"- `{path}`" for path in artifacts]
-    return "\n".join(lines)
+        done = subprocess.run([sys.executable, "-m", "torch.utils.collect_env"], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(torch.utils.collect_env failed: {exc})\n"
+    return done.stdout or f"(torch.utils.collect_env printed nothing: {done.stderr.strip()[:200]})\n"
