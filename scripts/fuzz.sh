@@ -5,5 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --hypothesis-profile=default fuzz \
+exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --hypothesis-profile=torchsim-default fuzz \
     --routes inductor,triton,mlir,spike,triton-cuda "$@"

@@ -163,3 +163,41 @@ class WrongUnlessExpRoute(Route):
 
 
 DOUBLES[WrongUnlessExpRoute.name] = f"tests.route_doubles:{WrongUnlessExpRoute.__name__}"
+
+
+class DiesAtStartRoute(Route):
+    """Its worker kills itself (SIGKILL) while starting, the first N times: N is read from
+    DOUBLE_START_KILLS (default: always), starts are counted in the file DOUBLE_START_COUNT."""
+
+    name = "double-dies-at-start"
+
+    def available(self):
+        import os
+        import signal
+        counter = os.environ["DOUBLE_START_COUNT"]
+        with open(counter, "a") as handle:
+            handle.write("start\n")
+        with open(counter) as handle:
+            starts = len(handle.readlines())
+        if starts <= int(os.environ.get("DOUBLE_START_KILLS", "1000000")):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return True, ""
+
+    def compile(self, program, example_inputs, ctx):
+        return _Eager(program)
+
+
+class AdapterBugRoute(Route):
+    """A slip in adapter code of ours: asks torchsim_diff.layout for an input spec without
+    a layout, which raises KeyError inside our package (a tool_error, not a compiler bug)."""
+
+    name = "double-adapter-bug"
+
+    def compile(self, program, example_inputs, ctx):
+        from torchsim_diff import layout
+        layout.materialize({"name": "x", "shape": [2], "dtype": "float32"}, 0, 0)
+        return _Eager(program)
+
+
+for _cls in (DiesAtStartRoute, AdapterBugRoute):
+    DOUBLES[_cls.name] = f"tests.route_doubles:{_cls.__name__}"

@@ -23,7 +23,7 @@ def _run(capsys, *argv):
     (["table", "does/not/exist"], "no results"),
     (["routes", "--routes", "nope"], "unknown route 'nope'"),
     (["frobnicate"], "invalid choice"),
-    (["fuzz", "--max-examples", "many"], "invalid int value"),
+    (["fuzz", "--max-examples", "many"], "is not an integer"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_usage_errors_are_one_line_and_exit_2(capsys, argv, fragment):
     code, out, err = _run(capsys, *argv)

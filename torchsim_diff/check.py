@@ -18,7 +18,7 @@ from torchsim_diff import classify, oracle
 from torchsim_diff.graph import Case
 from torchsim_diff.kinds import Kind, Status
 from torchsim_diff.routes import route_class
-from torchsim_diff.worker import protocol
+from torchsim_diff.worker import blame, protocol
 from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
 LOCALISED_KINDS = (Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION)
@@ -38,6 +38,23 @@ def _localise(artifact_dir: str) -> dict:
     if not found:
         return {}
     return {"divergent_kernel": {k: found.get(k) for k in ("launch", "kernel_name", "folder", "summary")}}
+
+
+def _reference_failure(case: Case, route: str, exc: Exception, artifact_dir: str) -> "Verdict":
+    """Eager rejecting the program is `invalid_case` (with torch's reason); a fault in our
+    own oracle code is `tool_error`."""
+    if blame.is_ours(exc):
+        return _tool_error(case, route, "oracle", exc, artifact_dir)
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return Verdict(case, route, Status.FAIL, Kind.INVALID_CASE, "eager",
+                   f"eager rejects the program: {type(exc).__name__}: {first}")
+
+
+def _tool_error(case: Case, route: str, stage: str, exc: Exception, artifact_dir: str) -> "Verdict":
+    """Our own fault: `tool_error` with the traceback kept in the case's artifacts."""
+    message, files = blame.describe_ours(exc, artifact_dir)
+    return Verdict(case, route, Status.FAIL, Kind.TOOL_ERROR, stage, message, artifact_dir=artifact_dir,
+                   artifacts=files)
 
 
 @dataclasses.dataclass
@@ -147,22 +164,26 @@ class Checker:
         hello = self.worker(route).hello()
         return bool(hello.get("available")), hello.get("reason", ""), hello.get("versions", {})
 
-    def check(self, case: Case, route: str) -> Verdict:
+    def check(self, case: Case, route: str, timeout_s: float | None = None) -> Verdict:
+        """timeout_s: this run's limit (default: the checker's; see torchsim_diff.timeouts)."""
         t0 = time.perf_counter()
-        verdict = self._check(case, route)
+        verdict = self._check(case, route, timeout_s)
         verdict.t_case = time.perf_counter() - t0
         return verdict
 
-    def _check(self, case: Case, route: str) -> Verdict:
+    def _check(self, case: Case, route: str, timeout_s: float | None = None) -> Verdict:
         source = case.program_source()
+        artifact_dir = os.path.join(self.out_dir, "artifacts", route, case.case_id)
         try:
             ref = self.reference(case, source)
-        except Exception as exc:  # noqa: BLE001 - eager rejecting a case is a generator bug
-            return Verdict(case, route, Status.FAIL, Kind.INVALID_CASE, "eager", f"{type(exc).__name__}: {exc}")
-        artifact_dir = os.path.join(self.out_dir, "artifacts", route, case.case_id)
-        reply = self.worker(route).run(case.to_dict(), source, artifact_dir, self.repeat)
-        verdict = self._verdict(case, route, ref, reply)
-        verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.get("artifacts", [])
+        except Exception as exc:  # noqa: BLE001 - eager rejecting a case is a generator bug, our slip a tool_error
+            return _reference_failure(case, route, exc, artifact_dir)
+        reply = self.worker(route).run(case.to_dict(), source, artifact_dir, self.repeat, timeout_s)
+        try:
+            verdict = self._verdict(case, route, ref, reply)
+        except Exception as exc:  # noqa: BLE001 - judging is our own code: whatever it raises is a tool_error
+            verdict = _tool_error(case, route, "compare", exc, artifact_dir)
+        verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.artifacts + verdict.artifacts
         if verdict.failed and verdict.kind in LOCALISED_KINDS:
             verdict.metrics.update(_localise(artifact_dir))
         if not verdict.failed:
@@ -181,14 +202,16 @@ class Checker:
         return self._reference
 
     @staticmethod
-    def _verdict(case: Case, route: str, ref, reply: dict) -> Verdict:
-        metrics = reply.get("metrics", {})
-        if not reply["ok"]:
-            kind = Kind(reply["kind"])
+    def _verdict(case: Case, route: str, ref, reply: protocol.Outcome) -> Verdict:
+        metrics = reply.metrics
+        if reply.abandoned:
+            return Verdict(case, route, Status.SKIPPED, message=reply.message)
+        if not reply.ok:
+            kind = Kind(reply.kind)
             status = Status.UNSUPPORTED if kind == Kind.UNSUPPORTED else Status.FAIL
-            return Verdict(case, route, status, kind, reply.get("stage"), reply.get("message", ""), metrics=metrics)
-        outputs = [protocol.payload_to_tensor(p) for p in reply["outputs"]]
-        storages = [protocol.payload_to_tensor(p) for p in reply["storages"]]
+            return Verdict(case, route, status, kind, reply.stage, reply.message, metrics=metrics)
+        outputs = [protocol.payload_to_tensor(p) for p in reply.outputs]
+        storages = [protocol.payload_to_tensor(p) for p in reply.storages]
         mismatch, stats = oracle.judge(case, ref, outputs, storages)
         if mismatch is None:
             return Verdict(case, route, Status.PASS, stats=stats, metrics=metrics)

@@ -11,7 +11,12 @@ import os
 import sys
 import time
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+from torchsim_diff import options as opt
+from torchsim_diff.results import StorageError
+from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+DEFAULT_HISTORY = os.path.join("reports", "buckets.sqlite")
 
 
 class UsageError(Exception):
@@ -27,6 +32,11 @@ def _split(text: str | None) -> list | None:
     return [t.strip() for t in text.split(",") if t.strip()] if text else None
 
 
+def _warn(line: str) -> None:
+    if line:
+        sys.stderr.write(f"torchsim-diff: warning: {line}\n")
+
+
 def _default_out() -> str:
     return os.path.join("reports", time.strftime("run-%Y%m%d-%H%M%S"))
 
@@ -39,16 +49,17 @@ def cmd_routes(args) -> int:
     from torchsim_diff.check import Checker
     from torchsim_diff.report import render
     from torchsim_diff.routes import route_class, route_names
-    names = _split(args.routes) or route_names()
-    for name in names:
-        _route_or_usage(name)
+    names = args.routes or route_names()
     with tempfile.TemporaryDirectory(prefix="torchsim-diff-routes-") as tmp, Checker(out_dir=tmp) as checker:
         with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
             probes = dict(zip(names, pool.map(checker.availability, names)))
+        start_failed = {n for n in names if checker.worker(n).start_failed}
     rows = []
     for name in names:
         ok, reason, versions = probes[name]
         cls = route_class(name)
+        if name in start_failed:
+            ok, reason = False, f"worker dies during start-up: {reason}"
         rows.append({"route": name, "available": "yes" if ok else "no",
                      "reason / versions": reason if not ok else ", ".join(f"{k} {v}" for k, v in versions.items()),
                      "what runs": cls.description, "boundary": cls.boundary})
@@ -80,9 +91,7 @@ def cmd_fuzz(args) -> int:
     from torchsim_diff.campaign import CampaignOptions, run_campaign
     from torchsim_diff.report import bucket_rows, render, summary_rows
     from torchsim_diff.strategies import InvalidArgument
-    routes = _split(args.routes)
-    for name in routes:
-        _route_or_usage(name)
+    routes = args.routes
     opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=args.max_examples,
                            seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
                            families=_split(args.families), ops=_split(args.ops),
@@ -106,7 +115,7 @@ def cmd_fuzz(args) -> int:
     print(f"\n{result.cases} cases, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (" (interrupted)" if result.interrupted else ""))
     if result.interrupted:
-        return 130
+        return EXIT_INTERRUPTED
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
 
 
@@ -136,9 +145,7 @@ def cmd_replay(args) -> int:
     from torchsim_diff.corpus import KNOWN, iter_entries, known_buckets
     from torchsim_diff.replay import replay_entry, routes_for
     from torchsim_diff.report import render
-    routes = _split(args.routes)
-    for name in routes:
-        _route_or_usage(name)
+    routes = args.routes
     for path in args.paths:
         if not os.path.exists(path):
             raise UsageError(f"{path}: no such file or folder")
@@ -149,8 +156,10 @@ def cmd_replay(args) -> int:
             corrupt.append(error)
         else:
             entries.append(entry)
+    if not entries and not corrupt:
+        raise UsageError(f"nothing to replay: no case files (*.json) in {', '.join(args.paths)}")
     if not entries:
-        return EXIT_USAGE if corrupt else EXIT_CLEAN
+        return EXIT_USAGE
     known = {e.bucket for e in entries if e.kind == KNOWN} | known_buckets(os.path.join("corpora", "known"))
     rows, ok = [], True
     out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-replay-")
@@ -204,21 +213,27 @@ def cmd_export(args) -> int:
     """Write the reproducer bundle of one bucket (its smallest case) to a folder."""
     if args.bucket.endswith(".json"):
         return _export_entry(args)
-    from torchsim_diff.buckets import BucketStore, smallest_per_bucket
+    from torchsim_diff.buckets import BucketStore, legacy_path, smallest_per_bucket, store_path
     from torchsim_diff.repro import BundleError, write_bundle
-    from torchsim_diff.results import find_results, read_records
+    from torchsim_diff.results import find_results, read_all
+    from torchsim_diff.validate import InvalidCase, validate_case
     record = None
     if args.runs:
-        files = find_results(args.runs)
-        record = smallest_per_bucket(r for f in files for r in read_records(f)).get(args.bucket)
+        records, log = read_all(find_results(args.runs))
+        _warn(log.summary())
+        record = smallest_per_bucket(records).get(args.bucket)
         where = ", ".join(args.runs)
     else:
-        if not os.path.exists(args.buckets):
+        if not any(os.path.exists(p) for p in (store_path(args.buckets), legacy_path(args.buckets))):
             raise UsageError(f"no bucket history at {args.buckets}; pass run folders with --from")
-        record = BucketStore(args.buckets).smallest_record(args.bucket)
-        where = args.buckets
+        store = BucketStore(args.buckets)
+        record, where = store.smallest_record(args.bucket), store.path
     if record is None:
         raise UsageError(f"bucket {args.bucket!r} not found in {where}")
+    try:
+        validate_case(record.get("case"))
+    except InvalidCase as exc:
+        raise UsageError(f"bucket {args.bucket} in {where}: its case is invalid: {exc}") from None
     try:
         folder = write_bundle(record, args.to)
     except BundleError as exc:
@@ -261,11 +276,14 @@ def cmd_kernel_replay(args) -> int:
 def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
     from torchsim_diff import report
-    from torchsim_diff.results import find_results, read_records
+    from torchsim_diff.results import find_results, read_all
     files = find_results(args.dirs)
     if not files:
         raise UsageError(f"no results*.jsonl found under {', '.join(args.dirs)}")
-    records = [r for f in files for r in read_records(f)]
+    records, log = read_all(files)
+    if not records:
+        raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
+    _warn(log.summary())
     kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
              "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows}
     if args.format == "html" and not args.tables:
@@ -286,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p = sub.add_parser("routes", help="list routes, whether they can run here, and why not")
-    p.add_argument("--routes", help="only these routes (comma-separated)")
+    p.add_argument("--routes", type=opt.route_list, help="only these routes (comma-separated)")
     p.add_argument("--format", choices=FORMATS, default="plain")
     p.set_defaults(func=cmd_routes)
 
@@ -295,22 +313,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ops)
 
     p = sub.add_parser("fuzz", help="run a fuzz campaign")
-    p.add_argument("--routes", default="inductor", help="comma-separated routes (default: inductor)")
-    p.add_argument("--max-examples", type=int, default=100, help="cases to generate (default: 100)")
+    p.add_argument("--routes", type=opt.route_list, default="inductor", help="comma-separated routes (default: inductor)")
+    p.add_argument("--max-examples", type=opt.positive_int, default=100, help="cases to generate (default: 100)")
     p.add_argument("--seed", type=int, default=0, help="Hypothesis seed: same seed, same cases (default: 0)")
-    p.add_argument("--out", help="run folder (default: reports/run-<time>)")
-    p.add_argument("--dtype", default="float32", help="float32 (default), float16, bfloat16, int32, int64")
-    p.add_argument("--max-nodes", type=int, default=8)
+    p.add_argument("--out", type=opt.out_folder, help="run folder (default: reports/run-<time>)")
+    p.add_argument("--dtype", type=opt.fuzz_dtype, default="float32",
+                   help="float32 (default), float16, bfloat16, int32, int64")
+    p.add_argument("--max-nodes", type=opt.positive_int, default=8)
     p.add_argument("--families", help="only ops of these families (comma-separated)")
     p.add_argument("--ops", help="only these ops (comma-separated)")
     p.add_argument("--special-values", action="store_true", help="add NaN, Inf, -0.0, subnormals, huge values")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per case before 'timeout' (default: 120)")
+    p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds per case before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--route-option", action="append", metavar="ROUTE.KEY=VALUE",
                    help="route option, e.g. spike.vlen=512 (repeatable)")
-    p.add_argument("--repeat", type=int, default=1,
+    p.add_argument("--repeat", type=opt.positive_int, default=1,
                    help="run each case N times on the same inputs; differences are 'nondeterministic' (default: 1)")
-    p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"),
-                   help="bucket history shared by runs, to tell new findings (default: reports/buckets.json; "
+    p.add_argument("--buckets", default=DEFAULT_HISTORY,
+                   help="bucket history shared by runs, to tell new findings (default: reports/buckets.sqlite; "
                         "'none' to keep none)")
     p.add_argument("--no-reduce", action="store_true",
                    help="bucket failures as found instead of reducing each new one first")
@@ -320,9 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("replay", help="replay case files or corpus entries on routes")
     p.add_argument("paths", nargs="+", help="case JSON files, corpus entries or folders of them")
-    p.add_argument("--routes", default="eager,inductor", help="comma-separated routes (default: eager,inductor)")
-    p.add_argument("--out", help="folder for artifacts of failing replays (default: a temporary folder)")
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--routes", type=opt.route_list, default="eager,inductor",
+                   help="comma-separated routes (default: eager,inductor)")
+    p.add_argument("--out", type=opt.out_folder, help="folder for artifacts of failing replays (default: a temporary folder)")
+    p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S)
     p.add_argument("--format", choices=FORMATS, default="plain")
     p.set_defaults(func=cmd_replay)
 
@@ -330,10 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("case", help="case JSON file or corpus entry")
     p.add_argument("--route", required=True, help="the route the case fails on")
     p.add_argument("--output", "-o", help="where to write the reduced case (default: <out>/reduced.json)")
-    p.add_argument("--out", help="folder for workers and artifacts (default: a temporary folder)")
-    p.add_argument("--jobs", type=int, default=None, help="cases checked in parallel (default: one per core)")
-    p.add_argument("--max-runs", type=int, default=2000, help="route runs before stopping (default: 2000)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per run before 'timeout' (default: 120)")
+    p.add_argument("--out", type=opt.out_folder, help="folder for workers and artifacts (default: a temporary folder)")
+    p.add_argument("--jobs", type=opt.positive_int, default=None, help="cases checked in parallel (default: one per core)")
+    p.add_argument("--max-runs", type=opt.positive_int, default=2000, help="route runs before stopping (default: 2000)")
+    p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds per run before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--verbose", "-v", action="store_true", help="print each accepted step")
     p.set_defaults(func=cmd_reduce)
 
@@ -343,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all-shims", action="store_true",
                    help="triton: ship every interpreter shim instead of trying without each (faster)")
     p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
-    p.add_argument("--buckets", default=os.path.join("reports", "buckets.json"), help="bucket history file")
+    p.add_argument("--buckets", default=DEFAULT_HISTORY, help="bucket history (default: reports/buckets.sqlite)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("kernel", help="kernel-level tools (Triton kernel captures)")
@@ -368,9 +390,12 @@ def main(argv=None) -> int:
     except UsageError as exc:
         sys.stderr.write(f"torchsim-diff: error: {exc}\n")
         return EXIT_USAGE
+    except StorageError as exc:
+        sys.stderr.write(f"torchsim-diff: error: {exc}\n")
+        return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write("torchsim-diff: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:                  # output piped into `head` and the like
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_CLEAN

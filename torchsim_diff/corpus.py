@@ -2,7 +2,12 @@
 
     corpora/seed/<name>.json    {"case": {...}, "note": "..."}
     corpora/known/<name>.json   {"route": R, "kind": K, "bucket": B, "signature": S,
-                                 "case": {...}, "note": "...", "upstream": "..."}
+                                 "case": {...}, "note": "...", "upstream": "...",
+                                 "first_op": "...", "project": "..."}
+
+`upstream` is the URL of the upstream issue when the project already knows the bug ("not
+yet filed" otherwise); `first_op` the first divergent op of a value failure; `project` (optional)
+the upstream project a bundle is written for when not the route's own (see repro.PROJECTS).
 
 A seed entry passes (or is `unsupported`) on every available route. A known entry fails
 on its route in its bucket, strictly: if it stops reproducing, replay says so. A corrupt
@@ -17,6 +22,7 @@ import os
 import tempfile
 
 from torchsim_diff.graph import Case, CaseError
+from torchsim_diff.validate import validate_case
 
 SEED, KNOWN = "seed", "known"
 
@@ -37,6 +43,10 @@ class Entry:
     raw: dict = dataclasses.field(default_factory=dict)
 
     @property
+    def upstream(self) -> str:
+        return self.raw.get("upstream", "")
+
+    @property
     def name(self) -> str:
         return os.path.splitext(os.path.basename(self.path))[0]
 
@@ -54,7 +64,7 @@ def read_entry(path: str) -> Entry:
     if not isinstance(raw, dict) or "case" not in raw:
         raise CorruptEntry(f"{path}: an entry is an object with a 'case' field")
     try:
-        case = Case.from_dict(raw["case"])
+        case = validate_case(raw["case"])
     except CaseError as exc:
         raise CorruptEntry(f"{path}: {exc}") from None
     kind = KNOWN if raw.get("route") and raw.get("bucket") else SEED

@@ -3,9 +3,10 @@
 Options (see `pytest --help`, group torchsim-diff): --routes, --fuzz-examples, --fuzz-seed,
 --fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --known-bugs.
 
-Hypothesis profiles registered here: `ci` (few examples, fixed seeds, no database, no
-deadline), `default` (a useful campaign) and `long` (thousands per item). Pick one with
-Hypothesis's own `--hypothesis-profile`.
+Hypothesis profiles registered here: `torchsim-ci` (few examples, fixed seeds, no database,
+no deadline), `torchsim-default` (a useful campaign; what fuzz items use when no profile is
+named) and `torchsim-long` (thousands per item); `ci` and `long` remain as aliases. Pick one
+with Hypothesis's own `--hypothesis-profile`. Other suites' profiles are never changed.
 
 Each xdist worker keeps one Checker (warm route workers, own Inductor caches) and writes
 its own results-<worker>.jsonl in the run's report folder; the controller prints the
@@ -23,16 +24,37 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, settings
 
+from torchsim_diff import options
+
+# Profiles under our own names: registering them changes no other suite's settings, and
+# one is loaded only when --hypothesis-profile names it. Fuzz items without one get
+# torchsim-default through FuzzSession.settings(), applied to those items alone.
 PROFILES = {
-    "ci": dict(max_examples=6, deadline=None, database=None, print_blob=True,
-               suppress_health_check=list(HealthCheck)),
-    "default": dict(max_examples=40, deadline=None, print_blob=True,
-                    suppress_health_check=list(HealthCheck)),
-    "long": dict(max_examples=1000, deadline=None, print_blob=True,
-                 suppress_health_check=list(HealthCheck)),
+    "torchsim-ci": dict(max_examples=6, deadline=None, database=None, print_blob=True,
+                        suppress_health_check=list(HealthCheck)),
+    "torchsim-default": dict(max_examples=40, deadline=None, print_blob=True,
+                             suppress_health_check=list(HealthCheck)),
+    "torchsim-long": dict(max_examples=1000, deadline=None, print_blob=True,
+                          suppress_health_check=list(HealthCheck)),
 }
-for _name, _kwargs in PROFILES.items():
-    settings.register_profile(_name, **_kwargs)
+DEFAULT_PROFILE = "torchsim-default"
+# Earlier names, kept working unless another plugin registered them first. Hypothesis's own
+# `default` is never touched.
+ALIASES = {"ci": "torchsim-ci", "long": "torchsim-long"}
+
+
+def _register_profiles() -> None:
+    from hypothesis.errors import InvalidArgument
+    for name, kwargs in PROFILES.items():
+        settings.register_profile(name, **kwargs)
+    for alias, name in ALIASES.items():
+        try:
+            settings.get_profile(alias)
+        except InvalidArgument:
+            settings.register_profile(alias, **PROFILES[name])
+
+
+_register_profiles()
 
 DEFAULT_ROUTES = "eager,inductor"
 SESSION_NAME = "torchsim-diff-session"
@@ -53,7 +75,26 @@ def pytest_addoption(parser):
     group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known)")
 
 
+# Option -> check of its value (torchsim_diff.options), run before anything starts.
+OPTION_CHECKS = {"--routes": options.route_list, "--fuzz-dtypes": options.dtype_list,
+                 "--fuzz-examples": options.positive_int, "--fuzz-shards": options.positive_int,
+                 "--fuzz-timeout": options.positive_seconds}
+
+
+def _validate_options(config) -> None:
+    """One line and pytest's usage exit for a bad option value, before any item runs."""
+    for name, check in OPTION_CHECKS.items():
+        value = config.getoption(name)
+        if value is None:
+            continue
+        try:
+            check(str(value))
+        except options.BadOption as exc:
+            raise pytest.UsageError(f"{name}={value!r}: {exc}") from None
+
+
 def pytest_configure(config):
+    _validate_options(config)
     session = FuzzSession(config)
     config.pluginmanager.register(session, SESSION_NAME)
     if config.pluginmanager.hasplugin("xdist"):
@@ -115,8 +156,7 @@ class FuzzSession:
         else a fresh one (printed in the header, so a run can be repeated)."""
         if given_seed is not None:
             return given_seed
-        name = self.config.getoption("hypothesis_profile", default=None)
-        profile = settings.get_profile(name) if name else settings.default
+        profile = settings.get_profile(self.profile)
         return 0 if profile.database is None else random.randrange(2**31)
 
     # -- used by fuzz tests ------------------------------------------------------------
@@ -124,11 +164,17 @@ class FuzzSession:
         """A stable seed for one item: the base seed mixed with the item's parameters."""
         return (self.base_seed * 1_000_003 + zlib.crc32("/".join(map(str, parts)).encode())) % (2**32)
 
+    @property
+    def profile(self) -> str:
+        """The profile fuzz items use: the one --hypothesis-profile names, else torchsim-default."""
+        return self.config.getoption("hypothesis_profile", default=None) or DEFAULT_PROFILE
+
     def settings(self):
-        """Hypothesis settings for a fuzz item (profile, with --fuzz-examples applied)."""
+        """Hypothesis settings for a fuzz item (its profile, with --fuzz-examples applied)."""
+        base = settings.get_profile(self.profile)
         if self.examples is None:
-            return settings()
-        return settings(max_examples=self.examples)
+            return settings(base)
+        return settings(base, max_examples=self.examples)
 
     def require(self, route: str) -> None:
         """Skip the calling test with the reason when `route` cannot run here."""

@@ -2,7 +2,11 @@
 
 One `RouteWorker` per route per fuzzing process. A segfault or abort in the worker
 becomes a `crash` outcome, a hang a `timeout` outcome; either way the worker is replaced
-before the next case, so the campaign goes on.
+before the next case, so the campaign goes on. A worker that dies while starting is a
+`crash` at stage `start` (not an unavailable route: it never said it cannot run) and is
+started again for the next case. Restarts are capped as pytest-xdist caps them: after
+MAX_CRASHES_IN_A_ROW crashes with no case completing in between, the route is abandoned
+with one line on stderr and its remaining cases are skipped; the crashes stay findings.
 """
 from __future__ import annotations
 
@@ -11,17 +15,18 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
 from torchsim_diff.kinds import Kind
 from torchsim_diff.routes import route_class
-from torchsim_diff.worker import protocol
-from torchsim_diff.worker.protocol import Request
+from torchsim_diff.worker import DEFAULT_TIMEOUT_S, protocol
+from torchsim_diff.worker.protocol import Outcome, Request
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_TIMEOUT_S = 120.0
 STARTUP_TIMEOUT_S = 180.0
+MAX_CRASHES_IN_A_ROW = 5
 LOG_TAIL_CHARS = 3000
 
 
@@ -41,7 +46,7 @@ class RouteWorker:
     """
 
     def __init__(self, route_name: str, *, options: dict | None = None, work_root: str | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S, tag: str = "0"):
+                 timeout_s: float = DEFAULT_TIMEOUT_S, tag: str = "0", max_crashes: int | None = None):
         self.route_name, self.options = route_name, dict(options or {})
         self.timeout_s = timeout_s
         self.work_root = work_root or tempfile.mkdtemp(prefix="torchsim-diff-")
@@ -49,6 +54,10 @@ class RouteWorker:
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(self.work_root, f"worker-{route_name}-{tag}.log")
         self.restarts = 0
+        self.max_crashes = max_crashes or MAX_CRASHES_IN_A_ROW
+        self.crashes_in_a_row = 0
+        self.start_failed = False
+        self.abandoned: str | None = None
         self._hello: dict | None = None
 
     # -- lifecycle -------------------------------------------------------------------
@@ -58,6 +67,10 @@ class RouteWorker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.work_root, f"inductor-{self.route_name}-{self.tag}")
         env["PYTHONFAULTHANDLER"] = "1"
+        # Cases are tiny: extra threads only add contention between parallel workers (a pool of
+        # one compile process per core in each of 16 workers starved them all).
+        env.setdefault("OMP_NUM_THREADS", "1")
+        env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
         env.update(cls.worker_env(self.options))
         os.makedirs(self.work_root, exist_ok=True)
         self._log = open(self.log_path, "ab")
@@ -68,13 +81,19 @@ class RouteWorker:
         return self._hello
 
     def hello(self) -> dict:
-        """Availability, reason and versions (starts the worker if needed)."""
+        """Availability, reason and versions (starts the worker if needed).
+
+        A worker that dies before answering has not said the route cannot run: the reply
+        says available, with `start_failed` set, and its cases become `crash` at `start`."""
         if self._hello is None or not self.alive():
             try:
                 self.start()
+                self.start_failed = False
             except WorkerGone as gone:
-                self._hello = {"available": False, "reason": f"worker failed to start: {gone.message}",
-                               "versions": {}}
+                self._kill()
+                self.start_failed = True
+                self._hello = {"available": True, "start_failed": True, "versions": {},
+                               "reason": f"worker died during start-up: {gone.message}"}
         return self._hello
 
     def alive(self) -> bool:
@@ -95,23 +114,42 @@ class RouteWorker:
             self.proc.wait()
 
     # -- cases -----------------------------------------------------------------------
-    def run(self, case: dict, program: str, artifact_dir: str, repeat: int = 1) -> dict:
-        """Run one case; always returns an outcome dict (see worker.server)."""
+    def run(self, case: dict, program: str, artifact_dir: str, repeat: int = 1,
+            timeout_s: float | None = None) -> Outcome:
+        """Run one case; always returns an Outcome, never raises for the worker's sake.
+        timeout_s: this call's limit (default: the worker's timeout_s)."""
+        if self.abandoned:
+            return Outcome.failed(Kind.CRASH, "start", self.abandoned, abandoned=True)
         if not self.alive():
             if self.proc is not None:
                 self.restarts += 1
             self.hello()
+        if self.start_failed:
+            return self._crashed(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]))
         if not self._hello.get("available"):
-            return {"ok": False, "kind": Kind.UNSUPPORTED.value, "stage": "setup",
-                    "message": f"route unavailable: {self._hello.get('reason')}", "metrics": {}, "artifacts": []}
+            return Outcome.failed(Kind.UNSUPPORTED, "setup", f"route unavailable: {self._hello.get('reason')}")
         message = {"request": Request.RUN.value, "case": case, "program": program, "artifact_dir": artifact_dir,
                    "repeat": repeat}
         try:
-            return self._request(message, self.timeout_s)
+            outcome = Outcome.from_wire(self._request(message, timeout_s or self.timeout_s))
         except WorkerGone as gone:
             self._kill()
-            return {"ok": False, "kind": gone.kind.value, "stage": "run", "message": gone.message,
-                    "metrics": {}, "artifacts": []}
+            outcome = Outcome.failed(gone.kind, "run", gone.message)
+        return self._crashed(outcome) if outcome.kind == Kind.CRASH.value else self._survived(outcome)
+
+    def _survived(self, outcome: Outcome) -> Outcome:
+        self.crashes_in_a_row = 0
+        return outcome
+
+    def _crashed(self, outcome: Outcome) -> Outcome:
+        """Count a crash; at the cap, abandon the route with one line saying why."""
+        self.crashes_in_a_row += 1
+        if self.crashes_in_a_row >= self.max_crashes:
+            first = outcome.message.splitlines()[0] if outcome.message else "no message"
+            self.abandoned = (f"route {self.route_name} abandoned after {self.crashes_in_a_row} crashes in a row "
+                              f"(last: {first}); its remaining cases are skipped")
+            sys.stderr.write(f"torchsim-diff: {self.abandoned}\n")
+        return outcome
 
     # -- wire ------------------------------------------------------------------------
     def _request(self, message: dict, timeout_s: float) -> dict:

@@ -6,6 +6,7 @@ Tensors travel as `TensorPayload` dicts. Worker-side module: stdlib and torch on
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import pickle
 import struct
@@ -24,6 +25,51 @@ class Request(str, enum.Enum):
     HELLO = "hello"          # availability, versions, pid
     RUN = "run"              # compile (cached) and run one case
     SHUTDOWN = "shutdown"
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one run of one case on a route came to: the worker's reply, and what the client
+    makes of a worker that died, hung or would not start. Built only by `passed` and
+    `failed`; crosses the pipe as a plain dict (`to_wire` / `from_wire`).
+
+    abandoned: the route was given up (too many crashes in a row); the case did not run.
+    """
+
+    ok: bool
+    kind: str | None = None
+    stage: str | None = None
+    message: str = ""
+    metrics: dict = dataclasses.field(default_factory=dict)
+    artifacts: list = dataclasses.field(default_factory=list)
+    outputs: list = dataclasses.field(default_factory=list)
+    storages: list = dataclasses.field(default_factory=list)
+    abandoned: bool = False
+
+    @classmethod
+    def passed(cls, outputs: list, storages: list, metrics: dict, artifacts: list) -> "Outcome":
+        return cls(True, metrics=dict(metrics), artifacts=list(artifacts), outputs=outputs, storages=storages)
+
+    @classmethod
+    def failed(cls, kind, stage: str, message: str, *, metrics: dict | None = None,
+               artifacts: list | None = None, abandoned: bool = False) -> "Outcome":
+        kind = getattr(kind, "value", kind)
+        return cls(False, str(kind), stage, message, dict(metrics or {}), list(artifacts or []), abandoned=abandoned)
+
+    def to_wire(self) -> dict:
+        return dataclasses.asdict(self)
+
+    # Read-only dict-style access, for callers written against the plain-dict reply.
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        return getattr(self, key, default)
+
+    @classmethod
+    def from_wire(cls, message: dict) -> "Outcome":
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in message.items() if k in known})
 
 
 def send(stream, message: dict) -> None:

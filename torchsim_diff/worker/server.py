@@ -17,8 +17,8 @@ import time
 import traceback
 
 from torchsim_diff.kinds import Kind
-from torchsim_diff.worker import protocol
-from torchsim_diff.worker.protocol import Request
+from torchsim_diff.worker import blame, protocol
+from torchsim_diff.worker.protocol import Outcome, Request
 
 CACHE_SIZE = 64
 
@@ -55,28 +55,31 @@ class WorkerServer:
     def on_run(self, message: dict) -> dict:
         """Compile (cached) and run one case; the answer is an outcome, never an exception."""
         if not self.ok:
-            return _outcome(Kind.UNSUPPORTED, "setup", f"route unavailable: {self.reason}")
+            return _outcome(Kind.UNSUPPORTED, "setup", f"route unavailable: {self.reason}").to_wire()
         from torchsim_diff.routes.base import RunContext
         case, artifact_dir = message["case"], message["artifact_dir"]
         os.makedirs(artifact_dir, exist_ok=True)
         ctx = RunContext(artifact_dir=artifact_dir, case=case, options=self.route.options)
         try:
-            return self._compile_and_run(message["program"], case, ctx, int(message.get("repeat", 1)))
+            return self._compile_and_run(message["program"], case, ctx, int(message.get("repeat", 1))).to_wire()
         finally:
             _drop_empty(artifact_dir)
 
-    def _compile_and_run(self, source: str, case: dict, ctx, repeat: int = 1) -> dict:
+    def _compile_and_run(self, source: str, case: dict, ctx, repeat: int = 1) -> Outcome:
         from torchsim_diff import layout
         from torchsim_diff.routes.base import RouteFailure, allow_many_programs
         if not self.ready:
             allow_many_programs()
             self.route.setup()
             self.ready = True
+        try:
+            inputs = layout.materialize_all(case)
+        except Exception as exc:  # noqa: BLE001 - building inputs is our code, whatever raised
+            return _tool_error("inputs", exc, ctx)
         stage, t0 = "compile", time.perf_counter()
         try:
             compiled, t_compile = self._compiled(source, case, ctx)
             stage = "run"
-            inputs = layout.materialize_all(case)
             t1 = time.perf_counter()
             outputs = compiled(inputs, ctx)
             t_run = time.perf_counter() - t1
@@ -88,13 +91,17 @@ class WorkerServer:
         except RouteFailure as failure:
             return _outcome(failure.kind, failure.stage, failure.message, ctx,
                             t_compile=time.perf_counter() - t0 if stage == "compile" else None)
-        except Exception as exc:  # noqa: BLE001 - a compiler's exception is a finding
+        except Exception as exc:  # noqa: BLE001 - a compiler's exception is a finding, ours a tool_error
+            if blame.is_ours(exc):
+                return _tool_error(stage, exc, ctx)
             kind = Kind.COMPILE_ERROR if stage == "compile" else Kind.RUNTIME_ERROR
             return _outcome(kind, stage, _describe(exc), ctx)
+        try:
+            payloads = [protocol.tensor_to_payload(o) for o in outputs], [protocol.storage_payload(i) for i in inputs]
+        except Exception as exc:  # noqa: BLE001 - serialising results is our code
+            return _tool_error("reply", exc, ctx)
         metrics = dict(ctx.metrics, t_compile=t_compile, t_run=t_run)
-        return {"ok": True, "metrics": metrics, "artifacts": _list_files(ctx.artifact_dir),
-                "outputs": [protocol.tensor_to_payload(o) for o in outputs],
-                "storages": [protocol.storage_payload(i) for i in inputs]}
+        return Outcome.passed(*payloads, metrics, _list_files(ctx.artifact_dir))
 
     def _compiled(self, source: str, case: dict, ctx):
         from torchsim_diff import layout
@@ -138,9 +145,11 @@ def _as_output_tuple(outputs):
     if isinstance(outputs, torch.Tensor):
         return (outputs,)
     outputs = tuple(outputs if outputs is not None else ())
+    from torchsim_diff.routes.base import RouteFailure
     for i, o in enumerate(outputs):
         if not isinstance(o, torch.Tensor):
-            raise TypeError(f"output {i} is {type(o).__name__}, not a tensor")
+            raise RouteFailure(Kind.RUNTIME_ERROR, "run", f"the route returned output {i} as "
+                                                          f"{type(o).__name__}, not a tensor")
     return outputs
 
 
@@ -150,12 +159,18 @@ def _describe(exc: BaseException) -> str:
     return (text[:4000] + "\n--- traceback tail ---\n" + tail[-2000:]).strip()
 
 
-def _outcome(kind: Kind, stage: str, message: str, ctx=None, t_compile=None) -> dict:
+def _outcome(kind: Kind, stage: str, message: str, ctx=None, t_compile=None) -> Outcome:
     metrics = dict(ctx.metrics) if ctx is not None else {}
     if t_compile is not None:
         metrics.setdefault("t_compile", t_compile)
-    return {"ok": False, "kind": Kind(kind).value, "stage": stage, "message": message,
-            "metrics": metrics, "artifacts": _list_files(ctx.artifact_dir) if ctx else []}
+    return Outcome.failed(Kind(kind), stage, message, metrics=metrics,
+                          artifacts=_list_files(ctx.artifact_dir) if ctx else [])
+
+
+def _tool_error(stage: str, exc: BaseException, ctx=None) -> Outcome:
+    """A fault in our own code: `tool_error`, with the whole traceback kept as an artifact."""
+    message, _files = blame.describe_ours(exc, ctx.artifact_dir if ctx is not None else None)
+    return _outcome(Kind.TOOL_ERROR, stage, message, ctx)
 
 
 def _list_files(folder: str) -> list:
@@ -190,7 +205,7 @@ def main(argv=None) -> int:
         try:
             reply = server.handle(message)
         except Exception as exc:  # noqa: BLE001 - our own fault, reported as such
-            reply = _outcome(Kind.TOOL_ERROR, "worker", "torchsim-diff worker bug: " + _describe(exc))
+            reply = _tool_error("worker", exc, None).to_wire()
         protocol.send(replies, reply)
         if message["request"] == Request.SHUTDOWN.value:
             return 0

@@ -1,0 +1,188 @@
+"""One validator for case JSON from outside (files, corpora, bucket histories): every field's
+type, each node against its OpSpec, value domains, storage bounds and a size cap, checked
+before anything is built, so a bad case is one line that names the field, never a traceback
+or a compiler "finding".
+
+    >>> case = validate_case(json.loads(text))      # raises InvalidCase naming the bad field
+
+Arity and attributes are checked by the op itself: its `emit` must accept the node's
+attributes and the emitted call must run on meta tensors of the input layouts (the same
+rule the generator infers shapes by), so no per-op table can drift from the registry.
+"""
+from __future__ import annotations
+
+import binascii
+import keyword
+
+from torchsim_diff import layout, values
+from torchsim_diff.graph import RESULT, SCHEMA, Case, CaseError
+from torchsim_diff.ops import UnknownOp, get_op
+
+# Largest storage one input may have. Generated cases stay far below; 2^24 elements is
+# 64 MiB of float32, beyond which a "case" is a resource test, not a compiler test.
+MAX_STORAGE_ELEMENTS = 2**24
+MAX_RANK = 8
+MAX_SEED = 2**63
+DOMAINS = tuple(values.FLOAT_RANGES) + ("index", "unique_index", "bool")
+
+
+class InvalidCase(CaseError):
+    """A case that cannot be run as given; the message names the field and the problem."""
+
+
+def validate_case(data, *, max_elements: int = MAX_STORAGE_ELEMENTS) -> Case:
+    """The Case `data` describes, or InvalidCase with the first reason it cannot be one."""
+    _need(isinstance(data, dict), f"a case is a JSON object, got {type(data).__name__}")
+    _check_top(data)
+    names: dict = {}
+    for position, spec in enumerate(data["inputs"]):
+        _check_input(spec, f"inputs[{position}]", max_elements)
+        _need(spec["name"] not in names, f"inputs[{position}]: name {spec['name']!r} is used twice")
+        names[spec["name"]] = spec
+    for position, node in enumerate(data["nodes"]):
+        _check_node(node, f"nodes[{position}]", names)
+        names[node["id"]] = node
+    for position, ref in enumerate(data["outputs"]):
+        _need(isinstance(ref, str) and ref in names, f"outputs[{position}]={ref!r} names no input or node")
+    _run_on_meta(data)
+    try:
+        return Case.from_dict(data)
+    except CaseError as exc:
+        raise InvalidCase(str(exc)) from None
+
+
+# -- fields ---------------------------------------------------------------------------------
+def _need(cond: bool, message: str) -> None:
+    if not cond:
+        raise InvalidCase(message)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(value) -> bool:
+    return isinstance(value, list) and all(_is_int(v) and v >= 0 for v in value)
+
+
+def _check_top(data: dict) -> None:
+    for key in ("schema", "dtype", "inputs", "nodes", "outputs"):
+        _need(key in data, f"case is missing the field {key!r}")
+    _need(data["schema"] == SCHEMA and _is_int(data["schema"]),
+          f"schema={data['schema']!r} is not supported; this version reads schema {SCHEMA}")
+    _need(isinstance(data["dtype"], str) and data["dtype"] in layout.DTYPES,
+          f"dtype={data['dtype']!r} is not one of {sorted(layout.DTYPES)}")
+    for key in ("inputs", "nodes", "outputs"):
+        _need(isinstance(data[key], list), f"{key} must be a list, got {type(data[key]).__name__}")
+    vals = data.get("values", {"seed": 0})
+    _need(isinstance(vals, dict), f"values must be an object, got {type(vals).__name__}")
+    seed = vals.get("seed", 0)
+    _need(_is_int(seed) and 0 <= seed < MAX_SEED, f"values.seed={seed!r} must be an integer in [0, 2**63)")
+    _need(isinstance(vals.get("special", False), bool), f"values.special={vals.get('special')!r} must be true or false")
+
+
+def _check_name(name, where: str) -> None:
+    _need(isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+          and name not in ("torch", RESULT), f"{where}: name {name!r} is not a usable identifier")
+
+
+def _check_input(spec, where: str, max_elements: int) -> None:
+    _need(isinstance(spec, dict), f"{where} must be an object, got {type(spec).__name__}")
+    for key in ("name", "shape", "dtype", "layout"):
+        _need(key in spec, f"{where} is missing the field {key!r}")
+    _check_name(spec["name"], where)
+    shape = spec["shape"]
+    _need(_int_list(shape) and len(shape) <= MAX_RANK,
+          f"{where}.shape={shape!r} must be a list of at most {MAX_RANK} non-negative integers")
+    _need(isinstance(spec["dtype"], str) and spec["dtype"] in layout.DTYPES,
+          f"{where}.dtype={spec['dtype']!r} is not one of {sorted(layout.DTYPES)}")
+    _need(isinstance(spec.get("mutated", False), bool), f"{where}.mutated={spec.get('mutated')!r} must be true or false")
+    _check_layout(spec, where, max_elements)
+    _check_domain(spec, where)
+    if "data" in spec:
+        _check_data(spec, where)
+
+
+def _check_layout(spec: dict, where: str, max_elements: int) -> None:
+    lay, shape = spec["layout"], spec["shape"]
+    _need(isinstance(lay, dict), f"{where}.layout must be an object with strides, offset and storage_size")
+    for key in ("strides", "offset", "storage_size"):
+        _need(key in lay, f"{where}.layout is missing the field {key!r}")
+    strides, offset, size = lay["strides"], lay["offset"], lay["storage_size"]
+    _need(_int_list(strides) and len(strides) == len(shape),
+          f"{where}.layout.strides={strides!r} must hold one non-negative integer per dimension of {shape}")
+    _need(_is_int(offset) and offset >= 0, f"{where}.layout.offset={offset!r} must be a non-negative integer")
+    _need(_is_int(size) and size >= 0, f"{where}.layout.storage_size={size!r} must be a non-negative integer")
+    _need(size <= max_elements, f"{where}.layout.storage_size={size} is over the cap of {max_elements} elements "
+                                f"per storage; shrink the case (or raise max_elements)")
+    need = offset + layout.span(shape, strides)
+    _need(size >= need, f"{where}.layout: storage_size={size} is smaller than offset + span = {need}")
+    classes = lay.get("classes", [])
+    _need(isinstance(classes, list) and all(c in layout.LAYOUT_CLASSES for c in classes),
+          f"{where}.layout.classes={classes!r}: each must be one of {', '.join(layout.LAYOUT_CLASSES)}")
+
+
+def _check_domain(spec: dict, where: str) -> None:
+    domain = spec.get("domain", {"kind": "real"})
+    _need(isinstance(domain, dict) and domain.get("kind") in DOMAINS,
+          f"{where}.domain={domain!r}: kind must be one of {', '.join(DOMAINS)}")
+    if domain["kind"] not in ("index", "unique_index"):
+        return
+    high = domain.get("high")
+    _need(_is_int(high) and high >= 1, f"{where}.domain.high={high!r} must be an integer of at least 1")
+    if domain["kind"] == "unique_index" and spec["shape"]:
+        dim = domain.get("dim", 0)
+        _need(_is_int(dim) and 0 <= dim < len(spec["shape"]),
+              f"{where}.domain.dim={dim!r} must name one of the {len(spec['shape'])} dimensions")
+        _need(high >= spec["shape"][dim],
+              f"{where}.domain: high={high} is too small for {spec['shape'][dim]} distinct indices along dim {dim}")
+
+
+def _check_data(spec: dict, where: str) -> None:
+    _need(isinstance(spec["data"], str), f"{where}.data must be base64 text, got {type(spec['data']).__name__}")
+    try:
+        values.decode(spec["data"], layout.dtype_of(spec["dtype"]), spec["layout"]["storage_size"])
+    except (ValueError, binascii.Error) as exc:
+        raise InvalidCase(f"{where}.data: {exc}") from None
+
+
+def _check_node(node, where: str, names: dict) -> None:
+    _need(isinstance(node, dict), f"{where} must be an object, got {type(node).__name__}")
+    for key in ("id", "op", "args"):
+        _need(key in node, f"{where} is missing the field {key!r}")
+    _check_name(node["id"], where)
+    _need(node["id"] not in names, f"{where}: id {node['id']!r} is already defined")
+    _need(isinstance(node["op"], str), f"{where}.op={node['op']!r} must be an op name (see `torchsim-diff ops`)")
+    try:
+        get_op(node["op"])
+    except UnknownOp as exc:
+        raise InvalidCase(f"{where}: {exc}") from None
+    args = node["args"]
+    _need(isinstance(args, list) and all(isinstance(a, str) for a in args),
+          f"{where}.args={args!r} must be a list of input or node names")
+    for ref in args:
+        _need(ref in names, f"{where}: argument {ref!r} is not defined before this node")
+    _need(isinstance(node.get("attrs", {}), dict), f"{where}.attrs must be an object")
+
+
+# -- arity and attributes: the op's own code on meta tensors --------------------------------
+def _run_on_meta(data: dict) -> None:
+    import torch
+    env = {}
+    for spec in data["inputs"]:
+        lay = spec["layout"]
+        storage = torch.empty(lay["storage_size"], dtype=layout.dtype_of(spec["dtype"]), device="meta")
+        env[spec["name"]] = storage.as_strided(spec["shape"], lay["strides"], lay["offset"])
+    for position, node in enumerate(data["nodes"]):
+        where = f"nodes[{position}] ({node['op']})"
+        try:
+            expr = get_op(node["op"]).emit(list(node["args"]), node.get("attrs", {}))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise InvalidCase(f"{where}: attrs={node.get('attrs', {})!r} do not fit the op "
+                              f"({type(exc).__name__}: {exc})") from None
+        try:
+            env[node["id"]] = eval(expr, {"torch": torch, **env})  # noqa: S307 - emitted by our own op registry
+        except Exception as exc:  # noqa: BLE001 - torch rejects the call: wrong arity, attribute or shape
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise InvalidCase(f"{where}: torch rejects `{expr}` for these inputs ({type(exc).__name__}: "
+                              f"{first[:300]})") from None
