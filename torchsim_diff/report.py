@@ -165,8 +165,47 @@ def mix_rows(records) -> list:
             "overlapping %": share(lambda c: "overlapping" in c),
             "ops seen": f"{len(seen & registered)}/{len(registered)}",
             "ops never seen": ",".join(sorted(registered - seen)) or "-",
+            **_op_balance(recs, registered), **_tail_shares(recs),
         })
     return rows
+
+
+def _op_counts(recs, registered) -> list:
+    """Nodes per registered op over the cases (ops alone where a record has no case)."""
+    counts = dict.fromkeys(registered, 0)
+    for r in recs:
+        ops = [n["op"] for n in r["case"]["nodes"]] if r.get("case") else r["ops"]
+        for op in ops:
+            if op in counts:
+                counts[op] += 1
+    return sorted(counts.values())
+
+
+def gini(values: list) -> float:
+    """Gini coefficient of non-negative counts: 0 when every op is drawn equally often,
+    towards 1 when a few ops take every node."""
+    values, total = sorted(values), sum(values)
+    if not values or total == 0:
+        return 0.0
+    weighted = sum((i + 1) * v for i, v in enumerate(values))
+    return 2 * weighted / (len(values) * total) - (len(values) + 1) / len(values)
+
+
+def _op_balance(recs, registered) -> dict:
+    counts = _op_counts(recs, registered)
+    if not counts:
+        return {}
+    return {"op nodes min/median/max": f"{counts[0]}/{counts[len(counts) // 2]}/{counts[-1]}",
+            "op Gini": round(gini(counts), 3)}
+
+
+def _tail_shares(recs) -> dict:
+    """Share of cases in a value tail and in the odd-size tail (strategies' per-case switches)."""
+    tails = [set(r["case"].get("values", {}).get("tails", [])) for r in recs if r.get("case")]
+    if not tails:
+        return {}
+    return {"value tail %": round(100.0 * sum(1 for t in tails if t - {"odd_sizes"}) / len(tails), 1),
+            "odd sizes %": round(100.0 * sum(1 for t in tails if "odd_sizes" in t) / len(tails), 1)}
 
 
 # -- html page with error distributions ---------------------------------------------------------

@@ -165,6 +165,13 @@ def test_clean_generation_logs_name_no_failure(name):
     assert classify(LOGS[name].read_text()).label == "other"
 
 
+def test_a_compiler_exit_is_a_compile_error_and_their_stage_text_still_wins():
+    marker = "torchsim-diff: __exit__ compiler code 1: python /c/pytorchsim-triton-compiler k_spec.py\n"
+    assert (classify(marker).kind, classify(marker).stage) == (Kind.COMPILE_ERROR, "compile:compiler")
+    staged = marker + "CompilerError: the compiler pipeline failed (exit 1)\n  [transform] failed to legalize\n"
+    assert classify(staged).stage == "compile:transform"
+
+
 def test_traced_verify_names_the_first_buffer_over_tolerance():
     found = artifacts.traced_divergence(LOGS["C2/verify_trace_ok"].read_text(), rtol=1e-4, atol=1e-4)
     assert found["kernel_name"] == "buf1" and "aten.mul.Tensor" in found["summary"]

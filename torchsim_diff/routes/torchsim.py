@@ -63,6 +63,7 @@ class TorchSimRoute(Route):
     boundary = ("whole guarded storages copied to npu:0 and viewed there with the case's exact "
                 "strides and offsets; storages copied back after the run")
     generations: tuple = ()
+    facts: dict | None = None       # versions(), once per worker, for every record
 
     # -- fuzzer side --------------------------------------------------------------------
     @classmethod
@@ -268,13 +269,12 @@ class TorchSimProgram(Compiled):
     def _record_versions(self, ctx) -> None:
         """Route versions plus what built this case's kernels (C2 provenance.json's compiler
         commit, kernel.json's format), into the record's metrics."""
-        if not hasattr(self.route, "_versions"):
+        if self.route.facts is None:
             try:
-                self.route._versions = self.route.versions()
+                self.route.facts = self.route.versions()
             except Exception as exc:  # noqa: BLE001 - versions are reported, never fatal
-                self.route._versions = {"error": f"{type(exc).__name__}: {exc}"}
-        ctx.metrics["versions"] = dict(self.route._versions,
-                                       **artifacts.build_identity(self.environment.dump_path))
+                self.route.facts = {"error": f"{type(exc).__name__}: {exc}"}
+        ctx.metrics["versions"] = dict(self.route.facts, **artifacts.build_identity(self.environment.dump_path))
 
     def _record_verify_trace(self, text: str, ctx) -> None:
         """PyTorchSim's per-buffer trace: the first buffer over tolerance names the kernel

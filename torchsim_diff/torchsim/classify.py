@@ -49,10 +49,9 @@ RULES = (
           r"__timeout__ (?P<tool>\w+)|^__timeout__$|(?P<tool2>TOGSim) subprocess timeout|"
           r"\[(?P<tool3>TOGSim)\] Simulator subprocess exceeded timeout"),
     # The RISC-V link step and binutils (generation A links and objdumps validation_binary
-    # before Spike runs) and a compiler process that exited non-zero: compile failures,
-    # never Spike or generic crashes.
+    # before Spike runs): compile failures, never Spike crashes.
     _rule("toolchain", Kind.COMPILE_ERROR, "compile:{tool}",
-          r"__exit__ (?P<tool>toolchain|compiler) code (?P<code>-?\d+)"),
+          r"__exit__ (?P<tool>toolchain) code (?P<code>-?\d+)"),
     _rule("dtype_mismatch", Kind.DTYPE_MISMATCH, "launch",
           r"ShapeMismatch: .* is torch\.\w+, but the binary was compiled for \w+"),
     _rule("dynamic_shape", Kind.SHAPE_MISMATCH, "launch",
@@ -102,6 +101,10 @@ RULES = (
           r"\.(mlir|ll):\d+:\d+: error:|mlir-opt.*(failed|error)|llc: error"),
     _rule("missing_artifact", Kind.RUNTIME_ERROR, "artifacts",
           r"FileNotFoundError"),
+    # A compiler process that exited non-zero and said nothing the rules above know: still a
+    # compile failure (their own texts, tried first, name the stage better).
+    _rule("compiler_exit", Kind.COMPILE_ERROR, "compile:{tool}",
+          r"__exit__ (?P<tool>compiler) code (?P<code>-?\d+)"),
     _rule("crash", Kind.CRASH, "{tool}",
           r"__exit__ (?P<tool>\w+) code (?P<code>-?\d+)|Segmentation fault|core dumped|Fatal Python error"),
 )
