@@ -195,3 +195,51 @@ def test_the_judge_imports_only_the_standard_library_and_torch():
     roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
     roots |= {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 0}
     assert roots <= {"__future__", "dataclasses", "math", "torch"}
+
+
+# -- the issue's two cases, end to end on the routes that reported them -------------------------
+def _with_values(nodes, inputs, datas):
+    from tests.conftest import make_case
+    from torchsim_diff.graph import Case
+    from torchsim_diff.values import encode
+    data = make_case(nodes=nodes, inputs=inputs, outputs=[nodes[-1]["id"]]).to_dict()
+    for spec, values in zip(data["inputs"], datas):
+        spec["data"] = encode(values)
+    return Case.from_dict(data)
+
+
+def _comparison_after_matmul_case():
+    gen = torch.Generator().manual_seed(1)       # these values gave mlir and spike a 1 / 48 flip
+    nodes = [{"id": "v0", "op": "amin", "args": ["x0"], "attrs": {"dim": [0], "keepdim": False}},
+             {"id": "v1", "op": "matmul", "args": ["v0", "x1"], "attrs": {}},
+             {"id": "v2", "op": "gelu", "args": ["v1"], "attrs": {}},
+             {"id": "v3", "op": "lt", "args": ["v2", "v1"], "attrs": {}}]
+    inputs = [("x0", [2, 6, 5], [30, 5, 1], 0, 60, {}), ("x1", [5, 8], [8, 1], 0, 40, {})]
+    return _with_values(nodes, inputs, [torch.rand(60, generator=gen) * 3 - 0.5, torch.rand(40, generator=gen) * 3 - 0.5])
+
+
+def _exp_of_a_sum_case():
+    gen = torch.Generator().manual_seed(6)       # the route's sum lands 2 ulp from float64 here
+    nodes = [{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}},
+             {"id": "v1", "op": "tanh", "args": ["v0"], "attrs": {}},
+             {"id": "v2", "op": "sum", "args": ["v1"], "attrs": {}},
+             {"id": "v3", "op": "exp", "args": ["v2"], "attrs": {}}]
+    return _with_values(nodes, [("x0", [5, 8], [8, 1], 0, 40, {})], [torch.rand(40, generator=gen) * 2 - 0.5])
+
+
+@pytest.fixture(scope="module")
+def checker(tmp_path_factory):
+    from torchsim_diff.check import Checker
+    with Checker(out_dir=str(tmp_path_factory.mktemp("judge-routes"))) as shared:
+        yield shared
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route", ["mlir", "spike"])
+@pytest.mark.parametrize("make", [_comparison_after_matmul_case, _exp_of_a_sum_case], ids=["lt-gelu", "exp-sum"])
+def test_the_issues_false_positives_pass_on_their_routes(checker, route, make):
+    available, reason, _ = checker.availability(route)
+    if not available:
+        pytest.skip(f"{route}: {reason}")
+    verdict = checker.check(make(), route)
+    assert verdict.status.value == "pass", verdict.message

@@ -46,6 +46,7 @@ FEW_ELEMENTS = 10              # a tensor this small gives eager's error one or 
 FEW_ELEMENTS_FACTOR = 2.0      # so the margin doubles (a 2.5x unlucky product is not a bug)
 MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23, torch.float64: 52}
 SAMPLES = 2                    # random-sign reruns per rounding node
+PROBES = 4                     # reruns with every rounding node moved at once (decisions)
 
 
 @dataclasses.dataclass
@@ -68,8 +69,9 @@ class Stats:
     eager_abs_err: float = 0.0
     atol_needed: float = 0.0     # smallest atol passing allclose(route, truth) at the dtype's rtol
     rtol_needed: float = 0.0     # smallest rtol passing it at the dtype's atol
-    unstable: int = 0            # discrete elements whose decision rounding may flip (not judged)
-    carried_ulp: float = 0.0     # largest carried allowance, in ulps of the truth
+    discrete: int = 0            # integer and boolean elements compared
+    unstable: int = 0            # ... of which rounding may flip the decision (not judged)
+    carried_ulp: float = 0.0     # largest carried allowance, in ulps of the truth's largest magnitude
     carried_by_op: dict = dataclasses.field(default_factory=dict)   # op -> ulps it adds (Carried.by_op)
 
     @property
@@ -83,7 +85,7 @@ class Stats:
     def merge(self, other: "Stats") -> None:
         for field in dataclasses.fields(self):
             mine, theirs = getattr(self, field.name), getattr(other, field.name)
-            if field.name == "unstable":
+            if field.name in ("discrete", "unstable"):
                 setattr(self, field.name, mine + theirs)
             elif field.name == "carried_by_op":
                 self.carried_by_op = {op: max(mine.get(op, 0.0), theirs.get(op, 0.0)) for op in {*mine, *theirs}}
@@ -105,6 +107,13 @@ def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     info = torch.finfo(dtype)
     magnitude = t.abs().nan_to_num(0.0, posinf=info.max, neginf=info.max).clamp(min=info.smallest_normal)
     return torch.pow(2.0, torch.floor(torch.log2(magnitude)) - MANTISSA_BITS[dtype])
+
+
+def scale_ulp(t: torch.Tensor, dtype: torch.dtype) -> float:
+    """The ulp at the largest finite magnitude of `t`: the unit of allowance figures, so
+    that outputs near zero (cancellation) do not make them meaningless."""
+    finite = t[torch.isfinite(t)].abs()
+    return float(ulp(finite.max() if finite.numel() else torch.zeros((), dtype=torch.float64), dtype))
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -166,7 +175,7 @@ def _compare_float(got, eager, truth, where, carried, sensitivity):
 def _compare_exact(got, eager, truth, where, unstable):
     wrong = (got != eager) & (got != truth.to(got.dtype))
     skipped = torch.zeros_like(wrong) if unstable is None else unstable.expand_as(wrong)
-    stats = Stats(unstable=int(skipped.sum()))
+    stats = Stats(discrete=wrong.numel(), unstable=int(skipped.sum()))
     wrong = wrong & ~skipped
     if wrong.any():
         what = "exact values differ" + (f" ({stats.unstable} unstable elements not judged)" if stats.unstable else "")
@@ -192,9 +201,9 @@ def _stats(err, eager_err, t, dtype, carried) -> Stats:
     rtol_needed = torch.where(magnitude > 0, (err - atol).clamp(min=0.0) / magnitude.clamp(min=1e-300),
                               torch.where(err > atol, torch.full_like(err, math.inf), torch.zeros_like(err)))
     spacing = ulp(t, dtype)
-    carried_ulp = 0.0 if carried is None else float((carried.double().expand_as(t) / spacing).max())
+    carried_ulp = 0.0 if carried is None else float(carried.double().max() / scale_ulp(t, dtype))
     return Stats(float(err.max()), float(rel.max()), float((err / spacing).max()), float(eager_err.max()),
-                 float(atol_needed.max()), float(rtol_needed.max()), 0, carried_ulp)
+                 float(atol_needed.max()), float(rtol_needed.max()), carried_ulp=carried_ulp)
 
 
 def message(where, what, wrong, got, ref, err=None, allowed=None) -> str:
@@ -232,32 +241,59 @@ def _reduced_length(x, out) -> int:
     return max(x.numel() // max(out.numel(), 1), 1)
 
 
-def _sum_like(func, args, kwargs, out, eps):
-    x = args[0]
-    return eps * (math.sqrt(_reduced_length(x, out)) + 1) * func(x.abs(), *args[1:], **kwargs)
+def _dim_length(args, kwargs) -> int:
+    x, dim = args[0], _dim_of(args, kwargs)
+    return x.shape[dim] if x.dim() else 1
 
 
-def _prod(func, args, kwargs, out, eps):
-    return eps * (math.sqrt(_reduced_length(args[0], out)) + 1) * out.abs()
+def _dim_of(args, kwargs):
+    return kwargs["dim"] if "dim" in kwargs else args[1]
 
 
-def _var(func, args, kwargs, out, eps):
+def _magnitude(func, args, kwargs):
+    """The op applied to the magnitudes of its float operands: the scale its rounding has
+    (sum|x| for a sum, |A||B| for a product of matrices, ...)."""
+    plain = [a.abs() if isinstance(a, torch.Tensor) and a.dtype.is_floating_point else a for a in args]
+    return func(*plain, **kwargs)
+
+
+def _linear(length):
+    """A sum of `length(args, kwargs, out)` products: sqrt(n)+2 eps of the magnitudes."""
+    def rule(func, args, kwargs, out, eps):
+        n = max(int(length(args, kwargs, out)), 1)
+        return eps * (math.sqrt(n) + 2) * _magnitude(func, args, kwargs)
+    return rule
+
+
+def _product(length):
+    def rule(func, args, kwargs, out, eps):
+        return eps * (math.sqrt(max(int(length(args, kwargs, out)), 1)) + 1) * out.abs()
+    return rule
+
+
+def _var_allowance(args, kwargs, out, eps, variance):
     x = args[0]
     n = _reduced_length(x, out)
     dim, keepdim = kwargs.get("dim"), kwargs.get("keepdim", False)
     mean = x.mean() if dim is None and not keepdim else x.mean(dim=dim, keepdim=keepdim)
     kept = n - kwargs.get("correction", 1)
-    return eps * (math.sqrt(n) + 2) * (out.abs() + mean * mean * n / max(kept, 1))
+    return eps * (math.sqrt(n) + 2) * (variance.abs() + mean * mean * n / max(kept, 1))
 
 
-def _matmul_like(func, args, kwargs, out, eps):
-    tensors = [a.abs() if isinstance(a, torch.Tensor) else a for a in args]
-    inner = args[-2].shape[-1] if args[-2].dim() else 1
-    return eps * (math.sqrt(inner) + 2) * func(*tensors, **kwargs)
+def _var(func, args, kwargs, out, eps):
+    return _var_allowance(args, kwargs, out, eps, out)
 
 
-def _dim_of(args, kwargs):
-    return kwargs["dim"] if "dim" in kwargs else args[1]
+def _std(func, args, kwargs, out, eps):
+    of_var = _var_allowance(args, kwargs, out, eps, out * out)
+    return of_var / (out.abs() + of_var.sqrt()) + eps * out.abs()
+
+
+def _log_sum(length):
+    """log of a sum of exponentials: absolute error about (sqrt(n) + 2 + |result|) eps."""
+    def rule(func, args, kwargs, out, eps):
+        return eps * (math.sqrt(max(length(args, kwargs, out), 1)) + 2 + out.abs())
+    return rule
 
 
 def _softmax(func, args, kwargs, out, eps):
@@ -276,30 +312,82 @@ def _log_softmax(func, args, kwargs, out, eps):
     return eps * (math.sqrt(x.shape[dim]) + shifted.abs() + (shifted - out).abs() + out.abs())
 
 
+def _normalised(x, dims, eps_ln):
+    """(mean|x| / spread, |x - mean| / spread) over `dims`: how a mean's rounding shows."""
+    spread = torch.sqrt(x.var(dim=dims, correction=0, keepdim=True) + eps_ln)
+    return x.abs().mean(dim=dims, keepdim=True) / spread, (x - x.mean(dim=dims, keepdim=True)).abs() / spread
+
+
 def _layer_norm(func, args, kwargs, out, eps):
     x, shape = args[0], args[1]
     weight = args[2] if len(args) > 2 else kwargs.get("weight")
     dims = tuple(range(x.dim() - len(shape), x.dim()))
-    n = math.prod(shape)
-    spread = torch.sqrt(x.var(dim=dims, correction=0, keepdim=True) + kwargs.get("eps", 1e-5))
-    normalised = (x - x.mean(dim=dims, keepdim=True)) / spread
+    offset, normalised = _normalised(x, dims, kwargs.get("eps", 1e-5))
     scale = 1.0 if weight is None else weight.abs()
-    term = (x.abs().mean(dim=dims, keepdim=True) / spread + normalised.abs()) * scale
-    return eps * ((math.sqrt(n) + 2) * term + out.abs())
+    return eps * ((math.sqrt(math.prod(shape)) + 2) * (offset + normalised) * scale + out.abs())
+
+
+def _group_norm(func, args, kwargs, out, eps):
+    x, groups = args[0], args[1]
+    weight = args[2] if len(args) > 2 else kwargs.get("weight")
+    grouped = x.reshape(x.shape[0], groups, -1)
+    offset, normalised = _normalised(grouped, (2,), kwargs.get("eps", args[4] if len(args) > 4 else 1e-5))
+    scale = 1.0 if weight is None else float(weight.abs().max())
+    term = ((offset + normalised) * scale).reshape(x.shape)
+    return eps * ((math.sqrt(grouped.shape[2]) + 2) * term + out.abs())
+
+
+def _rms_norm(func, args, kwargs, out, eps):
+    return eps * (math.sqrt(math.prod(args[1])) + 3) * out.abs()
+
+
+def _inner(i):
+    return lambda args, kwargs, out: args[i].shape[-1] if args[i].dim() else 1
+
+
+def _reduced(args, kwargs, out):
+    return _reduced_length(args[0], out)
+
+
+def _along(args, kwargs, out):
+    return _dim_length(args, kwargs)
+
+
+def _einsum_length(args, kwargs, out):
+    operands = [a for a in args[1:] if isinstance(a, torch.Tensor)]
+    return math.prod(a.numel() for a in operands) // max(out.numel(), 1) if operands else 1
+
+
+def _window(args, kwargs, out):
+    return max(_reduced_length(args[0], out), 4)
+
+
+def _conv_window(args, kwargs, out):
+    return args[1][0].numel()
 
 
 # name -> local allowance (float64, broadcastable to the result) of one dtype computation;
-# an op not listed rounds nothing (views, selections, max/min, sign, abs, neg, relu, where).
+# an op not listed rounds nothing (views, selections, max/min, sign, abs, neg, relu, where,
+# clamps, pooling by max). Step functions (floor, round, casts) are decisions, below.
 ROUNDING = {
     **{name: _pointwise for name in (
-        "add", "sub", "mul", "div", "true_divide", "sqrt", "rsqrt", "reciprocal", "exp", "log", "tanh",
-        "sigmoid", "gelu", "silu", "erf", "sin", "cos", "pow", "addcmul", "addcdiv", "lerp")},
-    "sum": _sum_like, "mean": _sum_like, "prod": _prod, "var": _var,
-    "mm": _matmul_like, "bmm": _matmul_like, "matmul": _matmul_like, "addmm": _matmul_like,
-    "softmax": _softmax, "log_softmax": _log_softmax, "layer_norm": _layer_norm,
+        "add", "sub", "mul", "div", "true_divide", "sqrt", "rsqrt", "reciprocal", "exp", "expm1", "log", "log1p",
+        "tanh", "sigmoid", "gelu", "silu", "elu", "hardswish", "leaky_relu", "erf", "sin", "cos", "atan2", "pow",
+        "addcmul", "addcdiv", "lerp")},
+    "sum": _linear(_reduced), "mean": _linear(_reduced), "cumsum": _linear(_along),
+    "prod": _product(_reduced), "cumprod": _product(_along), "var": _var, "std": _std,
+    "logsumexp": _log_sum(_reduced), "logcumsumexp": _log_sum(_along),
+    "mm": _linear(_inner(0)), "bmm": _linear(_inner(0)), "matmul": _linear(_inner(0)), "linear": _linear(_inner(0)),
+    "addmm": _linear(_inner(1)), "baddbmm": _linear(_inner(1)),
+    "addbmm": _linear(lambda args, kwargs, out: args[1].shape[0] * args[1].shape[-1]),
+    "einsum": _linear(_einsum_length), "conv1d": _linear(_conv_window), "conv2d": _linear(_conv_window),
+    "avg_pool2d": _linear(_window), "adaptive_avg_pool2d": _linear(_window), "interpolate": _linear(_window),
+    "softmax": _softmax, "log_softmax": _log_softmax, "layer_norm": _layer_norm, "group_norm": _group_norm,
+    "rms_norm": _rms_norm,
 }
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 ARG_EXTREMES = {"argmax": 1.0, "argmin": -1.0}
+STEPS = ("floor", "ceil", "round", "trunc", "to")     # piecewise constant: a decision at each step
 
 
 def op_name(func) -> str:
@@ -310,6 +398,7 @@ def op_name(func) -> str:
 
 @dataclasses.dataclass
 class _Call:
+    func: object
     name: str
     args: tuple
     kwargs: dict
@@ -330,7 +419,7 @@ class _Run(TorchFunctionMode):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
         if isinstance(result, torch.Tensor):
-            call = _Call(op_name(func), args, kwargs, result, result)
+            call = _Call(func, op_name(func), args, kwargs, result, result)
             if self.after is not None:
                 self.after(len(self.calls), call)
             call.value = result.detach().clone()
@@ -393,7 +482,8 @@ def carried(program, inputs, dtype: torch.dtype, *, seed: int = 0) -> Carried:
     sens, input_sens = _sensitivity(runner, outputs, finals, eps, gen)
     unstable_calls = _unstable_decisions(calls, node["calls"], dtype)
     flipped_out, flipped_in, unstable = _flip(runner, calls, outputs, finals, unstable_calls)
-    unstable = [u if u is None else u | (a > 0) for u, a in zip(unstable, node["outputs"])]
+    probed = _probe(runner, calls, outputs, eps, gen, dtype)
+    unstable = [u if u is None else u | (a > 0) | p for u, a, p in zip(unstable, node["outputs"], probed)]
     out_allow = [torch.zeros_like(a) if u is not None else a + f
                  for a, f, u in zip(node["outputs"], flipped_out, unstable)]
     in_allow = [a + f for a, f in zip(node["inputs"], flipped_in)]
@@ -413,7 +503,7 @@ def _node_allowances(runner, calls, outputs, finals, eps, gen, dtype):
         moved = _moved_by_node(runner, calls, outputs, finals, index, rule, eps, gen)
         for key in total:
             total[key] = [t + m for t, m in zip(total[key], moved[key])]
-        ulps = [float((m / ulp(o.double(), dtype)).max()) for m, o in zip(moved["outputs"], outputs)
+        ulps = [float(m.max() / scale_ulp(o.double(), dtype)) for m, o in zip(moved["outputs"], outputs)
                 if o.dtype.is_floating_point and m.numel()]
         by_op[call.name] = max([by_op.get(call.name, 0.0), *ulps])
     return total, by_op
@@ -428,7 +518,7 @@ def _moved_by_node(runner, calls, outputs, finals, index, rule, eps, gen):
             if i != index:
                 return
             with torch.no_grad():
-                local = rule(_func_of(call), call.args, call.kwargs, call.result, eps)
+                local = rule(call.func, call.args, call.kwargs, call.result, eps)
                 local = local.double().nan_to_num(nan=0.0, posinf=0.0).expand(call.result.shape)
                 sign = torch.randint(0, 2, call.result.shape, generator=gen, dtype=torch.float64) * 2 - 1
                 call.result.add_(sign * local)
@@ -440,13 +530,30 @@ def _moved_by_node(runner, calls, outputs, finals, index, rule, eps, gen):
     return moved
 
 
-def _func_of(call: _Call):
-    """The torch function that recomputes a call on other operands (magnitudes)."""
-    return _FUNCS.get(call.name, getattr(torch, call.name, None))
+def _probe(runner, calls, outputs, eps, gen, dtype):
+    """Discrete output elements that change when every rounding node moves at once by
+    margin x its allowance (random signs, PROBES runs): decisions no rule above names
+    (sort, topk, max with dim, remainder) are unstable where a probe changes them."""
+    changed = [torch.zeros(o.shape, dtype=torch.bool) for o in outputs]
+    scale = margin(dtype, FEW_ELEMENTS + 1)
+    if not any(not o.dtype.is_floating_point for o in outputs):
+        return changed
 
+    def inject(i, call):
+        rule = ROUNDING.get(call.name)
+        if rule is None or not call.result.dtype.is_floating_point:
+            return
+        with torch.no_grad():
+            local = rule(call.func, call.args, call.kwargs, call.result, eps)
+            local = local.double().nan_to_num(nan=0.0, posinf=0.0).expand(call.result.shape)
+            sign = torch.randint(0, 2, call.result.shape, generator=gen, dtype=torch.float64) * 2 - 1
+            call.result.add_(scale * sign * local)
 
-_FUNCS = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
-          "layer_norm": torch.nn.functional.layer_norm}
+    for _ in range(PROBES):
+        _, got, _ = runner.run(inject)
+        changed = [c | ((_delta(g, o) > 0) if not o.dtype.is_floating_point else c)
+                   for c, g, o in zip(changed, got, outputs)]
+    return changed
 
 
 def _accumulate_max(into, got, clean):
@@ -480,6 +587,8 @@ def _unstable_decisions(calls, allowances, dtype) -> dict:
             found[i] = _unstable_comparison(call, allowance, dtype)
         elif call.name in ARG_EXTREMES:
             found[i] = _unstable_extreme(call, allowance, dtype)
+        elif call.name in STEPS:
+            found[i] = _unstable_step(call, allowance, dtype)
     return {i: v for i, v in found.items() if v is not None and bool(v[0].any())}
 
 
@@ -515,6 +624,28 @@ def _unstable_extreme(call, allowance, dtype):
     mask = (gap <= spread) & (spread > 0) & ~signed.isnan().any(dim=dim, keepdim=True)
     mask, second = mask.reshape(call.value.shape), top.indices.narrow(dim, 1, 1).reshape(call.value.shape)
     return mask, torch.where(mask, second, call.value)
+
+
+def _unstable_step(call, allowance, dtype):
+    """A step function (floor, round, a cast to integers or to a coarser float) whose input
+    may move across a step: the elements where it may, and the neighbouring step."""
+    x = call.args[0]
+    if not (isinstance(x, torch.Tensor) and x.dtype.is_floating_point) or not _coarsens(x.dtype, call.value.dtype):
+        return None
+    room = margin(dtype, call.value.numel()) * allowance(x).expand(x.shape)
+    if not bool((room > 0).any()):
+        return None
+    with torch.no_grad():
+        up, down = (call.func(x + sign * room, *call.args[1:], **call.kwargs) for sign in (1.0, -1.0))
+    up_moves, down_moves = ~same_bits(up, call.value), ~same_bits(down, call.value)
+    mask = (up_moves | down_moves) & torch.isfinite(x)
+    return mask, torch.where(mask, torch.where(up_moves, up, down), call.value)
+
+
+def _coarsens(source: torch.dtype, result: torch.dtype) -> bool:
+    if not result.is_floating_point:
+        return True
+    return source == result or torch.finfo(result).eps > torch.finfo(source).eps
 
 
 def _flip(runner, calls, outputs, finals, unstable_calls):

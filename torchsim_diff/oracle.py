@@ -101,6 +101,12 @@ def _on_storages(views, per_view, storages):
     return placed
 
 
+def without_carried(ref: Reference) -> Reference:
+    """The same references judged by the rule before the judge carried rounding through the
+    graph (no carried allowance, every discrete element judged): for before/after figures."""
+    return dataclasses.replace(ref, output_carried=[], storage_carried=[], output_unstable=[])
+
+
 def judge(case, ref: Reference, outputs, storages) -> tuple:
     """(Mismatch or None, ErrorStats) for a route's outputs and final input storages."""
     stats = ErrorStats(carried_by_op=dict(ref.carried_by_op))
