@@ -209,7 +209,8 @@ def test_a_bad_case_in_the_history_is_refused_by_export(tmp_path, capsys):
     record = {"bucket": "b1", "route": "eager", "kind": "wrong_values", "status": "fail",
               "case": with_input(storage_size=10**12)}
     store.add(record)
-    code, out, err = _run(capsys, ["export", "b1", "--to", str(tmp_path / "o"), "--buckets", str(tmp_path / "h.sqlite")])
+    code, out, err = _run(capsys, ["export", "b1", "--to", str(tmp_path / "o"),
+                                   "--buckets", str(tmp_path / "h.sqlite")])
     _one_clean_line(code, out, err, "its case is invalid")
 
 

@@ -313,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_ops)
 
     p = sub.add_parser("fuzz", help="run a fuzz campaign")
-    p.add_argument("--routes", type=opt.route_list, default="inductor", help="comma-separated routes (default: inductor)")
+    p.add_argument("--routes", type=opt.route_list, default="inductor",
+                   help="comma-separated routes (default: inductor)")
     p.add_argument("--max-examples", type=opt.positive_int, default=100, help="cases to generate (default: 100)")
     p.add_argument("--seed", type=int, default=0, help="Hypothesis seed: same seed, same cases (default: 0)")
     p.add_argument("--out", type=opt.out_folder, help="run folder (default: reports/run-<time>)")
@@ -342,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", help="case JSON files, corpus entries or folders of them")
     p.add_argument("--routes", type=opt.route_list, default="eager,inductor",
                    help="comma-separated routes (default: eager,inductor)")
-    p.add_argument("--out", type=opt.out_folder, help="folder for artifacts of failing replays (default: a temporary folder)")
+    p.add_argument("--out", type=opt.out_folder,
+                   help="folder for artifacts of failing replays (default: a temporary folder)")
     p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S)
     p.add_argument("--format", choices=FORMATS, default="plain")
     p.set_defaults(func=cmd_replay)
@@ -352,7 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--route", required=True, help="the route the case fails on")
     p.add_argument("--output", "-o", help="where to write the reduced case (default: <out>/reduced.json)")
     p.add_argument("--out", type=opt.out_folder, help="folder for workers and artifacts (default: a temporary folder)")
-    p.add_argument("--jobs", type=opt.positive_int, default=None, help="cases checked in parallel (default: one per core)")
+    p.add_argument("--jobs", type=opt.positive_int, default=None,
+                   help="cases checked in parallel (default: one per core)")
     p.add_argument("--max-runs", type=opt.positive_int, default=2000, help="route runs before stopping (default: 2000)")
     p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per run before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")

@@ -29,6 +29,7 @@ from torchsim_diff import classify, layout, values
 from torchsim_diff.check import Checker
 from torchsim_diff.graph import Case, CaseError
 from torchsim_diff.ops import get_op
+from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
 # Value domain an operand position needs (op name -> {position: domain}); others take "real".
 OPERAND_DOMAINS = {
@@ -71,7 +72,7 @@ class ReduceResult:
                 f"elements in {self.runs} route runs and {self.seconds:.1f} s.")
 
 
-def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None, timeout_s: float = 120,
+def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                 max_runs: int = 2000, progress=None, checkers: list | None = None, key=None,
                 budget_s: float | None = None) -> ReduceResult:
     """Shrink `case` while it keeps failing on `route` in its original bucket.

@@ -96,7 +96,8 @@ def _check_input(spec, where: str, max_elements: int) -> None:
           f"{where}.shape={shape!r} must be a list of at most {MAX_RANK} non-negative integers")
     _need(isinstance(spec["dtype"], str) and spec["dtype"] in layout.DTYPES,
           f"{where}.dtype={spec['dtype']!r} is not one of {sorted(layout.DTYPES)}")
-    _need(isinstance(spec.get("mutated", False), bool), f"{where}.mutated={spec.get('mutated')!r} must be true or false")
+    _need(isinstance(spec.get("mutated", False), bool),
+          f"{where}.mutated={spec.get('mutated')!r} must be true or false")
     _check_layout(spec, where, max_elements)
     _check_domain(spec, where)
     if "data" in spec:

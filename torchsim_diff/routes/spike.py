@@ -28,6 +28,7 @@ import torch
 from torchsim_diff.kinds import Kind
 from torchsim_diff.routes import mlir_lowering as lowering
 from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported
+from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spike_runtime")
 RUNTIME_SOURCES = ("htif.c", "main.c")
@@ -40,6 +41,9 @@ HARNESS_MARCH = "rv64imafdc"
 MEMORY_MAP = ("-Wl,--defsym=__flash=0x80000000,--defsym=__flash_size=0x1000000,"
               "--defsym=__ram=0x81000000,--defsym=__ram_size=0x10000000")
 LOG_TAIL_CHARS = 4000
+# Below the worker's limit, so that a slow Spike run is reported by Spike's own timeout
+# (with its log) before the worker is killed for it.
+SPIKE_TIMEOUT_S = 0.75 * DEFAULT_TIMEOUT_S
 HALF_TYPE_EXTENSIONS = {torch.float16: ("zfh", "zfhmin"), torch.bfloat16: ("zfbfmin",)}
 _MISSING_SOFT_FLOAT = re.compile(r"undefined reference to `(__\w*(?:hf|bf)\w*)'")
 TRAP_CAUSES = {0: "instruction address misaligned", 1: "instruction access fault", 2: "illegal instruction",
@@ -57,7 +61,7 @@ class SpikeOptions:
     isa: str = "rv64gcv"
     vlen: int | None = None
     max_instructions: int | None = 2_000_000_000
-    timeout_s: float = 120.0
+    timeout_s: float = SPIKE_TIMEOUT_S
 
     @classmethod
     def from_mapping(cls, options: dict) -> "SpikeOptions":

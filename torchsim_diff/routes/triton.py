@@ -18,6 +18,7 @@ Route options (all optional):
     launcher: "module:Class" of the launcher under test (default: Inductor's own launch
         path). Test doubles in tests/doubles/ replace it with deliberately wrong ones.
     capture: false to skip kernel capture (benchmarks of the bare route).
+    dynamic, mode, emulate_precision_casts: compile settings (routes/compile_options.py).
 
 Worker-side module: triton, Inductor and the shims are imported inside methods.
 """
@@ -29,6 +30,7 @@ import os
 import re
 import time
 
+from torchsim_diff.routes import compile_options
 from torchsim_diff.routes.base import (
     Compiled,
     Route,
@@ -89,6 +91,10 @@ class _TritonRouteBase(Route):
     device: str = "cpu"
     executor: str = ""
 
+    def __init__(self, options: dict | None = None):
+        super().__init__(options)
+        compile_options.settings(self.options)      # a bad value fails here, before any worker starts
+
     def available(self) -> tuple[bool, str]:
         from torchsim_diff.routes import triton_shims
         if importlib.util.find_spec("triton") is None:
@@ -114,8 +120,7 @@ class _TritonRouteBase(Route):
         return InductorLauncher()
 
     def compile(self, program, example_inputs, ctx) -> Compiled:
-        import torch
-        compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)
+        compiled = compile_options.compile_program(program, self.options)
         wrapper = self._first_run(compiled, example_inputs, ctx)
         fallbacks = fallback_calls(wrapper)
         if fallbacks:
