@@ -3,6 +3,8 @@
 Items are route x dtype x family x shard, so pytest-xdist spreads a campaign over cores.
 Each item draws graphs whose ops come from its family (plus pointwise ops to combine
 with), runs each on the route, and raises the bucket's own exception for a new bug.
+Under --fuzz-budget an item stops drawing when its share of the budget is spent, and
+passes with what it ran (the plugin turns its BudgetSpent into a pass).
 """
 import pytest
 from hypothesis import given, seed

@@ -41,14 +41,29 @@ def _records(folder):
     return found
 
 
-def test_bug_fails_with_its_bucket_type_and_tables_are_printed(suite):
+def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(suite):
     report = suite.path / "run"
     result = suite.runpytest_subprocess("--routes", "eager,double-wrong-element,double-unavailable",
                                         "--hypothesis-profile=ci", "--report-dir", str(report), "-p", "no:cacheprovider", "-rs")
-    result.assert_outcomes(passed=1, failed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*WrongValues_*", "*torchsim-diff*", "Summary*", "*double-wrong-element*",
-                                 "Buckets*", "*route double-unavailable unavailable*DOUBLE_HOME*"])
+    result.assert_outcomes(passed=1, failed=1)         # the unavailable route gets no items
+    result.stdout.fnmatch_lines(["torchsim-diff: route double-unavailable unavailable, not fuzzed:*DOUBLE_HOME*",
+                                 "*WrongValues_*", "*torchsim-diff*", "NEW buckets (2):",
+                                 "*[[]double-wrong-element[]] wrong_values in `*`*",
+                                 "*reduced to 1 node*bundle: *bundles*", "Summary*", "*double-wrong-element*",
+                                 "Error tolerance*", "route double-unavailable was not fuzzed:*DOUBLE_HOME*",
+                                 f"HTML report: {report / 'report.html'}"])
     assert {r["route"] for r in _records(report)} == {"eager", "double-wrong-element"}
+    assert "NEW buckets" in (report / "report.html").read_text()
+
+
+def test_a_budget_ends_items_as_passed_and_progress_lines_are_printed(suite):
+    report = suite.path / "run"
+    result = suite.runpytest_subprocess("--routes", "eager", "--fuzz-examples", "100000", "--fuzz-budget", "30s",
+                                        "--report-dir", str(report), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    records = _records(report)
+    assert 0 < len(records) < 100000
+    result.stdout.fnmatch_lines(["*budget=30s*", f"progress: eager*{len(records)} cases*left"])
 
 
 def test_known_bucket_is_recorded_not_raised(suite, tmp_path):

@@ -3,7 +3,9 @@
 Cases come from Hypothesis with a fixed seed and no example database, so the same
 options produce the same cases (and, compilers permitting, the same verdicts). The
 campaign does not stop at a failure: every verdict goes to results.jsonl as it is made;
-shrinking is `torchsim-diff reduce`'s job.
+shrinking is `torchsim-diff reduce`'s job. With a budget it stops drawing when the time is
+spent; per-route timeouts adapt to the run (torchsim_diff.timeouts), and one progress line
+per route follows the records (torchsim_diff.progress).
 """
 from __future__ import annotations
 
@@ -14,12 +16,17 @@ import time
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
+from torchsim_diff.budget import Budget
 from torchsim_diff.buckets import BucketStore, smallest_per_bucket
 from torchsim_diff.check import Checker, Verdict
-from torchsim_diff.kinds import Status
+from torchsim_diff.kinds import Kind, Status
+from torchsim_diff.opfigures import OpFigures
+from torchsim_diff.progress import Board, Display, ProgressThread
 from torchsim_diff.results import ResultsWriter
 from torchsim_diff.routes import route_class
 from torchsim_diff.strategies import cases
+from torchsim_diff.timeouts import TimeoutPolicy
+from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
 PROGRESS_EVERY_S = 5.0
 # Distinct draws can build the same case; duplicates are skipped, so Hypothesis may need
@@ -43,10 +50,11 @@ class CampaignOptions:
     families: list | None = None
     ops: list | None = None
     special_values: bool = False
-    timeout_s: float = 120.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     route_options: dict = dataclasses.field(default_factory=dict)
     bucket_store: str | None = None
     repeat: int = 1
+    budget_s: float | None = None     # stop drawing cases after this many seconds
     reduce: bool = True                # reduce, then bucket: each new failure (reduce.Refiner)
     reduce_budget_s: float = 60.0
 
@@ -65,23 +73,10 @@ class CampaignResult:
         return [r for r in self.records if r["status"] == Status.FAIL.value]
 
 
-class Progress:
-    """One line every few seconds on stderr: position, speed and findings so far."""
-
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.stream = total, stream
-        self.t0 = self.last = time.monotonic()
-
-    def update(self, done: int, result: CampaignResult, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last < PROGRESS_EVERY_S:
-            return
-        self.last = now
-        buckets = {r["bucket"] for r in result.findings}
-        rate = done / max(now - self.t0, 1e-9)
-        self.stream.write(f"[{done}/{self.total}] {rate:.2f} cases/s, {len(result.findings)} failing records "
-                          f"in {len(buckets)} buckets\n")
-        self.stream.flush()
+def _progress(opts: CampaignOptions, budget: Budget | None, store) -> ProgressThread:
+    start = budget.start if budget else time.time()
+    board = Board(start, budget.end if budget else None, set(store.buckets) if store is not None else ())
+    return ProgressThread(opts.out_dir, board, Display(sys.stderr))
 
 
 def run_campaign(opts: CampaignOptions) -> CampaignResult:
@@ -93,7 +88,11 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     result = CampaignResult()
     os.makedirs(opts.out_dir, exist_ok=True)
     store = BucketStore(opts.bucket_store) if opts.bucket_store else None
-    progress = Progress(opts.max_examples)
+    budget = Budget(opts.budget_s) if opts.budget_s else None
+    timeouts = TimeoutPolicy(ceiling_s=opts.timeout_s)
+    op_figures = OpFigures()
+    progress = _progress(opts, budget, store)
+    progress.start()
     with Checker(out_dir=opts.out_dir, timeout_s=opts.timeout_s, route_options=opts.route_options,
                  repeat=opts.repeat) as checker, \
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
@@ -110,20 +109,22 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             if case.case_id in seen:
                 return
             seen.add(case.case_id)
+            if budget is not None and budget.left() <= 0:
+                raise _CampaignDone
             for route in opts.routes:
                 refined = {}
                 if route in available:
-                    verdict = checker.check(case, route)
+                    verdict = _timed_check(checker, timeouts, budget, case, route)
                     refined = refiner.refine(verdict) if refiner else {}
                 else:
                     verdict = Verdict(case, route, Status.SKIPPED, message=result.unavailable[route])
                 record = {**verdict.record(), **refined}
+                record["op_errors"] = op_figures.for_verdict(checker, verdict, timeouts.steady(route))
                 writer.write(record)
                 result.records.append(record)
                 if store is not None and record["status"] == Status.FAIL.value and store.add(record):
                     store.save()
             result.cases += 1
-            progress.update(result.cases, result)
             if result.cases >= opts.max_examples:
                 raise _CampaignDone
 
@@ -133,12 +134,23 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             pass
         except KeyboardInterrupt:
             result.interrupted = True
-        progress.update(result.cases, result, force=True)
+        progress.stop()
     if store is not None:
         store.save()
         result.new_buckets = set(store.new)
     result.bundles = write_new_bundles(result.records, result.new_buckets if store else None, opts.out_dir)
     return result
+
+
+def _timed_check(checker: Checker, timeouts: TimeoutPolicy, budget: Budget | None, case, route: str) -> Verdict:
+    """One route run under the route's adaptive timeout (within what is left of the budget)."""
+    fresh = not checker.worker(route).alive()
+    limit = timeouts.limit(route, fresh=fresh)
+    if budget is not None:
+        limit = budget.cap(limit)
+    verdict = checker.check(case, route, timeout_s=limit)
+    timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
+    return verdict
 
 
 def write_new_bundles(records, new_buckets, out_dir: str) -> dict:

@@ -1,7 +1,12 @@
 """pytest plugin: fuzz suites as test items, one warm checker per xdist worker, one merged table.
 
 Options (see `pytest --help`, group torchsim-diff): --routes, --fuzz-examples, --fuzz-seed,
---fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --known-bugs.
+--fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --fuzz-budget, --known-bugs.
+
+The controller probes the routes once: an unavailable route is named in the header with
+its reason and gets no items. With --fuzz-budget, items stop drawing cases when their
+share of the budget is spent (torchsim_diff.budget) and per-route timeouts adapt to the
+run (torchsim_diff.timeouts); progress lines follow the records (torchsim_diff.progress).
 
 Hypothesis profiles registered here: `torchsim-ci` (few examples, fixed seeds, no database,
 no deadline), `torchsim-default` (a useful campaign; what fuzz items use when no profile is
@@ -16,8 +21,10 @@ recorded and not raised.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import random
+import sys
 import time
 import zlib
 
@@ -25,6 +32,11 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from torchsim_diff import options
+from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+from torchsim_diff.budget import Budget, BudgetSpent, ItemClock
+from torchsim_diff.kinds import Kind
+from torchsim_diff.opfigures import OpFigures
+from torchsim_diff.timeouts import SHRINK_TIMEOUT_STEPS, TimeoutPolicy
 
 # Profiles under our own names: registering them changes no other suite's settings, and
 # one is loaded only when --hypothesis-profile names it. Fuzz items without one get
@@ -62,7 +74,7 @@ SESSION_NAME = "torchsim-diff-session"
 
 def pytest_addoption(parser):
     group = parser.getgroup("torchsim-diff", "differential fuzzing of compiler routes")
-    group.addoption("--routes", default=DEFAULT_ROUTES,
+    group.addoption("--routes", default=None,
                     help=f"comma-separated routes the fuzz suites run on (default: {DEFAULT_ROUTES})")
     group.addoption("--fuzz-examples", type=int, default=None,
                     help="examples per fuzz item (default: the Hypothesis profile's max_examples)")
@@ -71,7 +83,12 @@ def pytest_addoption(parser):
     group.addoption("--fuzz-dtypes", default="float32", help="comma-separated dtypes (default: float32)")
     group.addoption("--fuzz-shards", type=int, default=1, help="items per route x family x dtype (default: 1)")
     group.addoption("--report-dir", default=None, help="run folder (default: reports/pytest-<time>)")
-    group.addoption("--fuzz-timeout", type=float, default=120.0, help="seconds per case (default: 120)")
+    group.addoption("--fuzz-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                    help=f"the most seconds a case may take; each route's limit adapts below it "
+                         f"(default: {DEFAULT_TIMEOUT_S:g})")
+    group.addoption("--fuzz-budget", default=None,
+                    help="time for the whole run, e.g. 600, 90s, 10m: items stop drawing cases when their "
+                         "share is spent, a fifth is kept for shrinking (default: no budget)")
     group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known)")
 
 
@@ -104,7 +121,7 @@ def pytest_configure(config):
 def pytest_generate_tests(metafunc):
     session = metafunc.config.pluginmanager.get_plugin(SESSION_NAME)
     if "fuzz_route" in metafunc.fixturenames:
-        metafunc.parametrize("fuzz_route", session.routes)
+        metafunc.parametrize("fuzz_route", session.runnable_routes())
     if "fuzz_dtype" in metafunc.fixturenames:
         metafunc.parametrize("fuzz_dtype", session.dtypes)
     if "fuzz_shard" in metafunc.fixturenames:
@@ -122,9 +139,12 @@ class _XdistHooks:
         self.session = session
 
     def pytest_configure_node(self, node):
-        """Hand the controller's report folder and seed to each worker."""
+        """Hand the controller's report folder, seed, budget and runnable routes to each worker."""
         node.workerinput["torchsim_report_dir"] = self.session.report_dir
         node.workerinput["torchsim_seed"] = self.session.base_seed
+        node.workerinput["torchsim_budget"] = self.session.budget.to_dict() if self.session.budget else None
+        node.workerinput["torchsim_routes"] = self.session.runnable_routes() if self.session.explicit_routes else None
+        self.session.release_probe()
 
 
 class FuzzSession:
@@ -135,21 +155,33 @@ class FuzzSession:
         opt = config.getoption
         worker_input = getattr(config, "workerinput", None)
         self.worker_id = worker_input["workerid"] if worker_input else "main"
-        self.routes = [r for r in opt("--routes").split(",") if r]
+        self.explicit_routes = opt("--routes") is not None
+        self.routes = [r for r in (opt("--routes") or DEFAULT_ROUTES).split(",") if r]
         self.dtypes = [d for d in opt("--fuzz-dtypes").split(",") if d]
         self.shards = max(1, opt("--fuzz-shards"))
         self.examples = opt("--fuzz-examples")
         self.timeout_s = opt("--fuzz-timeout")
+        self.timeouts = TimeoutPolicy(ceiling_s=self.timeout_s)
         if worker_input and "torchsim_report_dir" in worker_input:
             self.report_dir, self.base_seed = worker_input["torchsim_report_dir"], worker_input["torchsim_seed"]
+            self.budget = Budget.from_dict(worker_input["torchsim_budget"]) if worker_input["torchsim_budget"] else None
+            self._runnable = worker_input.get("torchsim_routes")
         else:
             self.report_dir = opt("--report-dir") or os.path.join("reports", time.strftime("pytest-%Y%m%d-%H%M%S"))
             self.base_seed = self._choose_seed(opt("--fuzz-seed"))
+            self.budget = _budget_option(opt("--fuzz-budget"))
+            self._runnable = None
+        self.workers = worker_input.get("workercount", 1) if worker_input else 1
         self.known = _load_known(opt("--known-bugs") or os.path.join(str(config.rootpath), "corpora", "known"))
         self._checker = None
         self._writer = None
         self._availability: dict = {}
         self._verdicts: dict = {}
+        self._fuzz_items = 0
+        self._items_done = 0
+        self._clock: ItemClock | None = None
+        self._progress = None
+        self.op_figures = OpFigures()
 
     def _choose_seed(self, given_seed):
         """--fuzz-seed, else 0 for profiles without an example database (ci: derandomized),
@@ -180,7 +212,7 @@ class FuzzSession:
         """Skip the calling test with the reason when `route` cannot run here."""
         if route not in self._availability:
             self._availability[route] = self.checker.availability(route)
-        ok, reason, _ = self._availability[route]
+        ok, reason, *_ = self._availability[route]
         if not ok:
             pytest.skip(f"route {route} unavailable: {reason}")
 
@@ -188,18 +220,57 @@ class FuzzSession:
         """Run, record, and raise the bucket's Finding unless the bucket is a known bug.
 
         A case seen before (Hypothesis revisits cases while shrinking) gets its earlier
-        verdict again: no second run, no second record.
+        verdict again: no second run, no second record. Under a budget, a new case may
+        instead end the item (BudgetSpent) or, while shrinking past the item's share, be
+        passed over unrun (a skipped verdict, not recorded).
         """
         key = (case.case_id, route)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = self._verdicts[key] = self.checker.check(case, route)
-            record = verdict.record()
-            record["known"] = self.is_known(verdict)
-            self.writer.write(record)
-        if not self.is_known(verdict):
+            if self._clock is not None and not self._clock.admit():
+                from torchsim_diff.check import Verdict
+                from torchsim_diff.kinds import Status
+                return Verdict(case, route, Status.SKIPPED, message="budget for shrinking spent")
+            verdict = self._verdicts[key] = self._run(case, route)
+        if not self.is_known(verdict) and verdict.failed:
+            if self._clock is not None:
+                self._clock.failed(SHRINK_TIMEOUT_STEPS if verdict.kind == Kind.TIMEOUT else None)
             verdict.raise_if_failed()
         return verdict
+
+    def _run(self, case, route: str):
+        """One route run under this route's adaptive timeout; its record is written."""
+        fresh = not self.checker.worker(route).alive()
+        shrinking_hang = self._clock is not None and self._clock.shrinking
+        limit = self.timeouts.limit(route, fresh=fresh, shrinking_timeout=shrinking_hang)
+        if self.budget is not None:
+            limit = self.budget.cap(limit)
+        verdict = self.checker.check(case, route, timeout_s=limit)
+        self.timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
+        record = verdict.record()
+        record["known"] = self.is_known(verdict)
+        record["op_errors"] = self.op_figures.for_verdict(self.checker, verdict, timeout_s=limit)
+        self.writer.write(record)
+        return verdict
+
+    def runnable_routes(self) -> list:
+        """--routes minus those unavailable here (probed once, in the controller)."""
+        if self._runnable is None:
+            self._runnable = [r for r in self.routes if self.probe()[r][0]]
+        return self._runnable
+
+    def probe(self) -> dict:
+        """route -> (available, reason), each route's worker started in parallel."""
+        missing = [r for r in self.routes if r not in self._availability]
+        if missing:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(missing)) as pool:
+                self._availability.update(zip(missing, pool.map(self.checker.availability, missing)))
+        return self._availability
+
+    def release_probe(self) -> None:
+        """The xdist controller runs no case: stop the workers it started to probe routes."""
+        if self._checker is not None:
+            self._checker.close()
 
     def is_known(self, verdict) -> bool:
         return bool(verdict.bucket and verdict.bucket in self.known)
@@ -220,8 +291,48 @@ class FuzzSession:
 
     # -- hooks ---------------------------------------------------------------------------
     def pytest_report_header(self, config):
-        return (f"torchsim-diff: routes={','.join(self.routes)} dtypes={','.join(self.dtypes)} "
-                f"seed={self.base_seed} report-dir={self.report_dir}")
+        budget = f" budget={self.budget.total_s:g}s" if self.budget else ""
+        # Probing starts a worker per route: done here only when routes were asked for.
+        routes = self.runnable_routes() if self.explicit_routes else self.routes
+        lines = [f"torchsim-diff: routes={','.join(routes)} dtypes={','.join(self.dtypes)} "
+                 f"seed={self.base_seed}{budget} report-dir={self.report_dir}"]
+        for route, reason in self.unavailable().items():
+            lines.append(f"torchsim-diff: route {route} unavailable, not fuzzed: {reason}")
+        return lines
+
+    def unavailable(self) -> dict:
+        """route -> reason, for the routes probed so far that cannot run here."""
+        return {route: probed[1] for route, probed in self._availability.items() if not probed[0]}
+
+    def pytest_collection_modifyitems(self, items):
+        self._fuzz_items = sum(1 for item in items if "fuzz_route" in getattr(item, "fixturenames", ()))
+
+    def pytest_runtest_setup(self, item):
+        if self.budget is not None and "fuzz_route" in getattr(item, "fixturenames", ()):
+            self._clock = ItemClock(self.budget, items=self._fuzz_items, workers=self.workers,
+                                    done_here=self._items_done)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        """An item stopped by its budget (BudgetSpent through Hypothesis) passed with what it ran."""
+        report = yield
+        if call.excinfo is not None and call.excinfo.errisinstance(BudgetSpent):
+            report.outcome, report.longrepr = "passed", None
+        return report
+
+    def pytest_runtest_teardown(self, item):
+        if "fuzz_route" in getattr(item, "fixturenames", ()):
+            self._clock = None
+            self._items_done += 1
+
+    def pytest_sessionstart(self, session):
+        if getattr(self.config, "workerinput", None) is not None:
+            return
+        from torchsim_diff.progress import Board, Display, ProgressThread
+        start = self.budget.start if self.budget else time.time()
+        board = Board(start, self.budget.end if self.budget else None, self._history_buckets(), self.known)
+        self._progress = ProgressThread(self.report_dir, board, Display(_terminal_stream()))
+        self._progress.start()
 
     def pytest_sessionfinish(self, session):
         if self._checker is not None:
@@ -232,6 +343,8 @@ class FuzzSession:
     def pytest_terminal_summary(self, terminalreporter):
         if getattr(self.config, "workerinput", None):
             return
+        if self._progress is not None:
+            self._progress.stop()
         from torchsim_diff import report
         from torchsim_diff.results import find_results, read_records
         if not os.path.isdir(self.report_dir):
@@ -239,31 +352,50 @@ class FuzzSession:
         records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
         if not records:
             return
-        write = terminalreporter.write_line
         terminalreporter.section("torchsim-diff")
         new = self._update_bucket_history(records)
         from torchsim_diff.campaign import write_new_bundles
         bundles = write_new_bundles(records, new, self.report_dir)
-        buckets = report.bucket_rows(records, bundles)
-        for row in buckets:
-            row["new"] = "NEW" if row["bucket"] in new else ""
-        for title, rows in (("Summary", report.summary_rows(records)),
-                            ("Buckets", buckets),
-                            ("Error tolerance", report.tolerance_rows(records))):
-            if rows:
-                for line in report.render(rows, "plain", title).splitlines():
-                    write(line)
-                write("")
-        write(f"records: {self.report_dir}")
+        for line in report.end_report(records, new, bundles, self.report_dir, self.unavailable()):
+            terminalreporter.write_line(line)
+
+    def _history_path(self) -> str:
+        return os.path.join(os.path.dirname(os.path.abspath(self.report_dir)), "buckets.json")
+
+    def _history_buckets(self) -> set:
+        """Buckets of earlier runs, for marking NEW ones in the progress lines."""
+        from torchsim_diff.buckets import BucketStore
+        try:
+            return set(BucketStore(self._history_path()).buckets)
+        except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks only
+            return set()
 
     def _update_bucket_history(self, records) -> set:
         from torchsim_diff.buckets import BucketStore
-        store = BucketStore(os.path.join(os.path.dirname(os.path.abspath(self.report_dir)), "buckets.json"))
+        store = BucketStore(self._history_path())
         for record in records:
             if record["status"] == "fail":
                 store.add(record)
         store.save()
         return store.new
+
+
+def _budget_option(text):
+    if text is None:
+        return None
+    try:
+        return Budget.parse(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--fuzz-budget: {exc}") from None
+
+
+def _terminal_stream():
+    """A handle on the terminal that pytest's output capturing (fd 1 redirected while a test
+    runs) does not swallow: the progress thread writes while tests run in this process."""
+    try:
+        return os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
+    except (OSError, ValueError, AttributeError):
+        return sys.stderr
 
 
 def _load_known(folder: str) -> set:

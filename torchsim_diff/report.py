@@ -10,6 +10,7 @@ import html
 import io
 import json
 import math
+import os
 from collections import defaultdict
 
 from tabulate import tabulate
@@ -80,20 +81,34 @@ def _percentile(values: list, q: float):
     return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
 
 
+def _per_op(record) -> dict:
+    """op -> that op's own figures in one record (see torchsim_diff.opfigures).
+
+    Records written before per-op figures existed charge the case's figures to each op;
+    a record whose per-op run did not complete counts only for a single-op case."""
+    if "op_errors" not in record:
+        return {op: record for op in record.get("ops", [])}
+    if record["op_errors"] is None:
+        ops = set(record.get("ops", []))
+        return {op: record for op in ops} if len(ops) == 1 else {}
+    return record["op_errors"]
+
+
 def tolerance_rows(records) -> list:
     """Per route x op x dtype: the error seen and the tolerance it implies.
 
-    A case counts towards every op it contains; `atol needed` (at the dtype's default
-    rtol) and `rtol needed` (at its default atol) are the smallest tolerances under which
-    every passing and value-failing case would pass torch.allclose against float64.
+    Each op is judged by its own output (records' `op_errors`), not by the case's worst
+    one; `atol needed` (at the dtype's default rtol) and `rtol needed` (at its default atol)
+    are the smallest tolerances under which that op's values in every passing and
+    value-failing case would pass torch.allclose against float64.
     """
     groups = defaultdict(list)
     for r in records:
         if r["status"] not in ("pass", "fail") or r.get("kind") not in (None, "wrong_values"):
             continue
         dtype = r["case"]["dtype"] if r.get("case") else ",".join(r.get("dtypes", []))
-        for op in r.get("ops", []):
-            groups[(r["route"], op, dtype)].append(r)
+        for op, figures in _per_op(r).items():
+            groups[(r["route"], op, dtype)].append({**figures, "status": r["status"]})
     rows = []
     for (route, op, dtype), recs in sorted(groups.items()):
         rows.append({
@@ -235,10 +250,12 @@ def error_histogram_svg(records, route: str, width: int = 420, height: int = 140
     return "".join(parts)
 
 
-def html_page(records, title: str = "torchsim-diff report") -> str:
-    """A self-contained page: tables plus per-route error distributions."""
+def html_page(records, title: str = "torchsim-diff report", new_rows: list | None = None) -> str:
+    """A self-contained page: tables plus per-route error distributions (NEW buckets first)."""
     routes = sorted({r["route"] for r in records})
     sections = [f"<h1>{html.escape(title)}</h1>"]
+    if new_rows:
+        sections.append(render(new_rows, "html", "NEW buckets"))
     sections.append(render(summary_rows(records), "html", "Summary"))
     sections.append("<h3>Max abs error per case (decades), by route</h3>")
     for route in routes:
@@ -251,3 +268,67 @@ def html_page(records, title: str = "torchsim-diff report") -> str:
     style = "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:2px 6px}"
     return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>" \
            f"<style>{style}</style></head><body>{''.join(sections)}</body></html>"
+
+
+# -- the end of a run ---------------------------------------------------------------------------
+TERMINAL_TOLERANCE_ROWS = 12
+
+
+def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
+    """The buckets never seen before, each with its title, reduced size and bundle folder."""
+    from torchsim_diff.buckets import smallest_per_bucket
+    from torchsim_diff.graph import case_size
+    smallest = smallest_per_bucket(records)
+    rows = []
+    for bucket in sorted(b for b in new_buckets if b in smallest):
+        record = smallest[bucket]
+        nodes, inputs, elements = case_size(record["case"])
+        bundle = (bundles or {}).get(bucket)
+        rows.append({"bucket": bucket, "title": _title(record, bundle),
+                     "reduced": f"{nodes} node{'s' * (nodes != 1)}, {inputs} input{'s' * (inputs != 1)}, "
+                                f"{elements} element{'s' * (elements != 1)}",
+                     "bundle": bundle or "-"})
+    return rows
+
+
+def _title(record, bundle: str | None) -> str:
+    """The bundle's ISSUE.md title, else one made the same way from the record."""
+    issue = os.path.join(bundle, "ISSUE.md") if bundle else None
+    if issue and os.path.exists(issue):
+        with open(issue, encoding="utf-8") as handle:
+            first = handle.readline().strip()
+        if first.startswith("#"):
+            return first.lstrip("# ")
+    message = (record.get("message") or "").strip().splitlines()
+    return f"[{record['route']}] {record['kind']} in `{record.get('op')}`" + (f": {message[0][:100]}" if message else "")
+
+
+def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: dict | None = None) -> list:
+    """The lines a run ends with: NEW buckets first, then the summary, then the worst rows
+    of the tolerance table; the full report goes to RUN/report.html (its path is the last
+    line but one)."""
+    lines = []
+    new_rows = new_bucket_rows(records, new_buckets, bundles)
+    if new_rows:
+        lines.append(f"NEW buckets ({len(new_rows)}):")
+        for row in new_rows:
+            lines += [f"  {row['bucket']}  {row['title']}", f"      reduced to {row['reduced']}; bundle: {row['bundle']}"]
+    else:
+        lines.append("NEW buckets: none")
+    seen = {r["bucket"] for r in records if r.get("bucket")} - set(new_buckets)
+    if seen:
+        lines.append(f"({len(seen)} more bucket{'s' * (len(seen) != 1)} seen before or known: see the HTML report)")
+    lines += ["", *render(summary_rows(records), "plain", "Summary").splitlines(), ""]
+    tolerance = tolerance_rows(records)
+    worst = sorted(tolerance, key=lambda row: -(row["max ulp"] or 0.0))[:TERMINAL_TOLERANCE_ROWS]
+    if worst:
+        title = (f"Error tolerance (the {len(worst)} of {len(tolerance)} route x op x dtype rows with the "
+                 f"largest ulp error; all of them in the HTML report)")
+        lines += render(worst, "plain", title).splitlines() + [""]
+    for route, reason in (unavailable or {}).items():
+        lines.append(f"route {route} was not fuzzed: {reason}")
+    page = os.path.join(run_dir, "report.html")
+    with open(page, "w", encoding="utf-8") as handle:
+        handle.write(html_page(records, new_rows=new_rows))
+    lines += [f"HTML report: {page}", f"records: {run_dir}"]
+    return lines
