@@ -1,0 +1,38 @@
+"""Compile settings as route options of the torch.compile routes."""
+import subprocess
+import sys
+
+import pytest
+
+from torchsim_diff.routes import compile_options, route_class
+
+
+def test_defaults_and_parsed_values():
+    assert compile_options.settings({}) == {"dynamic": False, "mode": "default", "emulate_precision_casts": False}
+    chosen = compile_options.settings({"dynamic": "true", "mode": "max-autotune-no-cudagraphs", "launcher": "x"})
+    assert chosen["dynamic"] is True and chosen["mode"] == "max-autotune-no-cudagraphs" and "launcher" not in chosen
+
+
+@pytest.mark.parametrize("route", ["inductor", "triton"])
+@pytest.mark.parametrize("options,fragment", [({"dynamic": "maybe"}, "dynamic='maybe'"),
+                                              ({"mode": "fast"}, "mode='fast'")])
+def test_bad_values_fail_when_the_route_is_built(route, options, fragment):
+    with pytest.raises(ValueError) as info:
+        route_class(route)(options)
+    assert fragment in str(info.value)
+
+
+def test_cli_refuses_a_bad_compile_option_in_one_line():
+    done = subprocess.run([sys.executable, "-m", "torchsim_diff", "fuzz", "--routes", "eager,inductor",
+                           "--route-option", "inductor.mode=fast", "--max-examples", "1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "mode='fast'" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_dynamic_shapes_compile_and_agree_with_eager():
+    import torch
+    fn = compile_options.compile_program(lambda x: torch.relu(x) * 2, {"dynamic": "true"})
+    for n in (5, 9):
+        x = torch.randn(n)
+        torch.testing.assert_close(fn(x), torch.relu(x) * 2)
