@@ -89,3 +89,29 @@ def test_launch_header_layout():
     assert words[:7] == (MAGIC, 2, 2, 2, 4, 2, 1)
     assert words[7:9] == (80, 12) and words[9:15] == (0, 8, 18, 1, 0, 3)
     assert words[15] == 7 and words[16] & (2**64 - 1) == 0xC000000000000000
+
+
+def test_adapter_messages_lose_locations_and_materialization_types():
+    from torchsim_diff.routes.triton_spike.toolchain import error_lines
+    one = ("<unknown>:0: error: failed to legalize unresolved materialization from () to 'tensor<1x64xf32>' that "
+           "remained live after conversion\n/tmp/x/k.py:17:1: error: failed to apply Conversion Patterns\n")
+    other = one.replace("from () to 'tensor<1x64xf32>'", "from ('memref<1x64xf32, strided<[64, 1], offset: ?>>') "
+                        "to 'tensor<1x64x!tt.ptr<f32>>'")
+    assert error_lines(one) == error_lines(other) == (
+        "error: failed to legalize unresolved materialization from <type> to <type> that remained live after "
+        "conversion | error: failed to apply Conversion Patterns")
+
+
+def test_triton_ops_left_in_the_adapters_output_fail_at_the_adapter_stage():
+    from torchsim_diff.routes.base import RouteFailure
+    from torchsim_diff.routes.triton_spike.toolchain import check_adapter_output
+    good = "func.func @k(%arg0: memref<?xi8> {tt.tensor_kind = 0 : i32}) {\n  %0 = arith.addi %a, %b : i64\n"
+    check_adapter_output(good)
+    with pytest.raises(RouteFailure, match="left Triton op.s. tt.reduce unconverted") as failure:
+        check_adapter_output(good + '    %10 = "tt.reduce"(%9) <{axis = 1 : i32}> ({\n      tt.reduce.return %11 : i64\n')
+    assert failure.value.stage == "adapter"
+
+
+def test_a_crashed_tool_is_named_by_its_signal():
+    from torchsim_diff.routes.triton_spike.toolchain import _status
+    assert _status(-6) == "killed by SIGABRT" and _status(1) == "failed (status 1)"

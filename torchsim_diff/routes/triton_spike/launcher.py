@@ -51,6 +51,7 @@ from torchsim_diff.routes.triton_spike.toolchain import (
     ADAPTER_PASSES,
     MLIR_OPT_PASSES,
     Tools,
+    check_adapter_output,
     run_stage,
 )
 from torchsim_diff.routes.triton_spike.ttir import TtirError, TtirServer
@@ -285,19 +286,21 @@ class SpikeLauncher:
         _write(path("kernel.fixed.ttir"), fixed)
         metrics = self.ctx.metrics if self.ctx is not None else {}
         run_stage("adapter", [self.tools.adapter, path("kernel.fixed.ttir"), *ADAPTER_PASSES,
-                              "-o", path("kernel.adapter.mlir")], metrics)
+                              "-o", path("kernel.adapter.mlir")], metrics, log=path("adapter.log"))
+        check_adapter_output(_read(path("kernel.adapter.mlir")))
         _write(path("kernel.linalg.mlir"), fixups.apply(fixups.LINALG_FIXUPS, _read(path("kernel.adapter.mlir"))))
         run_stage("mlir-opt", [self.tools.mlir_opt, path("kernel.linalg.mlir"), *MLIR_OPT_PASSES,
-                               "-o", path("kernel.llvm.mlir")], metrics)
+                               "-o", path("kernel.llvm.mlir")], metrics, log=path("mlir-opt.log"))
         run_stage("translate", [self.tools.mlir_translate, "--mlir-to-llvmir", path("kernel.llvm.mlir"),
-                                "-o", path("kernel.ll")], metrics)
+                                "-o", path("kernel.ll")], metrics, log=path("translate.log"))
         n_pointers, n_scalars = self._add_program_stub(path("kernel.ll"), spec)
         flags = ["--target=riscv64-unknown-elf", f"-march={self.options.isa}", f"-mabi={ABI}",
                  "-mcmodel=medany", "-O3", "-Wno-override-module"]
-        run_stage("clang", [self.tools.clang, *flags, "-c", path("kernel.ll"), "-o", path("kernel.o")], metrics)
+        run_stage("clang", [self.tools.clang, *flags, "-c", path("kernel.ll"), "-o", path("kernel.o")], metrics,
+                  log=path("clang.log"))
         run_stage("link", [self.tools.gcc, "--specs=picolibc.specs", "--crt0=hosted", f"-march={HARNESS_MARCH}",
                            f"-mabi={ABI}", "-mcmodel=medany", MEMORY_MAP, "-o", path("kernel.elf"),
-                           path("kernel.o"), *self._runtime_objects(metrics), "-lm"], metrics)
+                           path("kernel.o"), *self._runtime_objects(metrics), "-lm"], metrics, log=path("link.log"))
         return Build(path("kernel.elf"), folder, not _NOT_BIT_EXACT.search(fixed), n_pointers, n_scalars,
                      {})
 
@@ -359,7 +362,8 @@ class SpikeLauncher:
 
 
 ARTIFACT_FILES = ("kernel.py", "specialisation.json", "kernel.ttir", "kernel.fixed.ttir", "kernel.adapter.mlir",
-                  "kernel.linalg.mlir", "kernel.llvm.mlir", "kernel.ll")
+                  "kernel.linalg.mlir", "kernel.llvm.mlir", "kernel.ll", "adapter.log", "mlir-opt.log",
+                  "translate.log", "clang.log", "link.log")
 
 
 def program_stub(entry: str, params: list) -> str:

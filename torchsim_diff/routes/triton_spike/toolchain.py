@@ -15,12 +15,13 @@ import dataclasses
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 from torchsim_diff.kinds import Kind
-from torchsim_diff.routes.base import RouteFailure
+from torchsim_diff.routes.base import RouteFailure, Unsupported
 
 ADAPTER_ENV = "TRITON_ADAPTER_OPT"
 ADAPTER_DIR = os.path.join(sys.prefix, "lib", "triton-adapter")
@@ -104,28 +105,64 @@ class Tools:
         return cls(adapter=adapter, clang=spike_tools.clang, gcc=spike_tools.gcc, spike=spike_tools.spike, **found)
 
 
-def run_stage(stage: str, command: list, metrics: dict, *, cwd: str | None = None) -> None:
-    """Run one tool; its time adds to metrics["t_<stage>"]; failure -> RouteFailure(stage)."""
+def run_stage(stage: str, command: list, metrics: dict, *, log: str | None = None) -> None:
+    """Run one tool; its time adds to metrics["t_<stage>"]; failure -> RouteFailure(stage).
+
+    log: where the tool's whole output goes when it fails (the message keeps its error lines)."""
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True, cwd=cwd)
+    done = subprocess.run(command, capture_output=True, text=True)
     key = "t_" + stage.replace("-", "_")
     metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - started
-    if done.returncode:
-        raise RouteFailure(Kind.COMPILE_ERROR, stage, f"{stage}: {os.path.basename(command[0])} failed "
-                           f"(status {done.returncode}): {error_lines(done.stderr or done.stdout)}")
+    if not done.returncode:
+        return
+    output = done.stderr or done.stdout
+    if log:
+        with open(log, "w") as handle:
+            handle.write(output)
+    missing = _MISSING_SOFT_FLOAT.search(output) if stage == "link" else None
+    if missing:
+        raise Unsupported(f"the kernel needs {missing.group(1)}, which the bare-metal libgcc lacks; pass an ISA "
+                          f"with zfh/zfbfmin for half types (e.g. isa=rv64gcv_zfh)", stage="link")
+    raise RouteFailure(Kind.COMPILE_ERROR, stage, f"{stage}: {os.path.basename(command[0])} "
+                       f"{_status(done.returncode)}: {error_lines(output)}")
+
+
+def _status(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"failed (status {code})"
 
 
 def error_lines(log: str, limit: int = 4) -> str:
-    """The lines that say what went wrong, without the tool's source locations."""
-    errors = [_without_location(line) for line in log.splitlines() if _ERROR.search(line)][:limit]
+    """The lines that say what went wrong, without source locations, and with the types of an
+    unresolved materialization left out (the adapter names whichever it meets first)."""
+    errors = [_normalised(line) for line in log.splitlines() if _ERROR.search(line)][:limit]
     if errors:
-        return " | ".join(errors)
+        return " | ".join(dict.fromkeys(errors))
     return log.strip()[-1500:]
 
 
+_MISSING_SOFT_FLOAT = re.compile(r"undefined reference to `(__\w*(?:hf|bf)\w*)'")
 _ERROR = re.compile(r"error|undefined reference", re.I)
-_LOCATION = re.compile(r"^\S*:\d+:\d+: ")
+_LOCATION = re.compile(r"^\S*:\d+(?::\d+)?: ")
+_MATERIALIZATION = re.compile(r"materialization from \(.*?\) to '[^']*'")
 
 
-def _without_location(line: str) -> str:
-    return _LOCATION.sub("", line.strip())
+def _normalised(line: str) -> str:
+    line = _LOCATION.sub("", line.strip())
+    return _MATERIALIZATION.sub("materialization from <type> to <type>", line)
+
+
+_LEFTOVER_TRITON_OP = re.compile(r'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?(tt\.\w+)', re.M)
+
+
+def check_adapter_output(text: str) -> None:
+    """The adapter sometimes leaves a Triton op it cannot convert in its output and exits 0;
+    mlir-opt would then fail on an 'unregistered dialect'. Named here, at the adapter's stage."""
+    leftover = sorted(set(_LEFTOVER_TRITON_OP.findall(text)) - {"tt.reduce.return"})
+    if leftover:
+        raise RouteFailure(Kind.COMPILE_ERROR, "adapter", f"adapter: left Triton op(s) {', '.join(leftover)} "
+                           f"unconverted in its linalg output")
