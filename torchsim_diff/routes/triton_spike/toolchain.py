@@ -142,11 +142,13 @@ def error_lines(log: str, limit: int = 4) -> str:
     errors = [_normalised(line) for line in log.splitlines() if _ERROR.search(line)][:limit]
     if errors:
         return " | ".join(dict.fromkeys(errors))
-    return log.strip()[-1500:]
+    # a crash without an error line: what precedes LLVM's stack dump, not the dump's addresses
+    before_dump = re.split(r"^(?:PLEASE submit|Stack dump:|#0 )", log, maxsplit=1, flags=re.M)[0].strip()
+    return before_dump[-600:] or "no message before the stack dump"
 
 
 _MISSING_SOFT_FLOAT = re.compile(r"undefined reference to `(__\w*(?:hf|bf)\w*)'")
-_ERROR = re.compile(r"error|undefined reference", re.I)
+_ERROR = re.compile(r"error|undefined reference|Assertion .* failed|UNREACHABLE", re.I)
 _LOCATION = re.compile(r"^\S*:\d+(?::\d+)?: ")
 _MATERIALIZATION = re.compile(r"materialization from \(.*?\) to '[^']*'")
 
