@@ -53,3 +53,52 @@ def test_generated_kernel_names_do_not_split_buckets():
     a = "RuntimeError: cannot capture kernel triton_poi_fused_gelu_0: not readable"
     b = "RuntimeError: cannot capture kernel triton_per_fused__softmax_exp_3: not readable"
     assert normalise(a) == normalise(b)
+
+
+# -- signatures from the minimal case ------------------------------------------------------
+def _verdict(**fields):
+    from torchsim_diff.check import Verdict
+    from torchsim_diff.kinds import Status
+    from tests.conftest import make_case
+    case = make_case(nodes=[{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}},
+                            {"id": "v1", "op": "add_", "args": ["x1", "v0"], "attrs": {}},
+                            {"id": "v2", "op": "exp", "args": ["v0"], "attrs": {}}],
+                     inputs=[("x0", [3], [1], 0, 3, {}), ("x1", [3], [1], 0, 3, {"mutated": True})],
+                     outputs=["v2"])
+    return Verdict(case, "triton", Status.FAIL, **{"kind": "wrong_values", **fields})
+
+
+def test_reduction_key_keeps_route_kind_and_place_but_not_the_op():
+    from torchsim_diff.classify import reduction_key
+    assert reduction_key(_verdict(op="exp", where="output 0")) == reduction_key(_verdict(op="sin", where="output 2"))
+    assert reduction_key(_verdict(where="output 0")) != reduction_key(_verdict(where="input x1"))
+    assert reduction_key(_verdict(kind="compile_error", message="LoweringException: exp")) != \
+        reduction_key(_verdict(kind="compile_error", message="LoweringException: log"))
+
+
+def test_refined_signature_is_route_kind_first_op_and_trigger():
+    from torchsim_diff.classify import refined_signature
+    assert refined_signature("triton", "wrong_values", "add", ["strided", "offset"]) == \
+        "triton|wrong_values|add|offset+strided"
+    assert refined_signature("triton", "wrong_values", "add", []).endswith("|any")
+    verdict = _verdict(op="exp", where="output 0")
+    verdict.refined = refined_signature("triton", "wrong_values", "sin", ["strided"])
+    assert verdict.signature == verdict.refined and verdict.bucket == bucket_of(verdict.refined)
+
+
+def test_intermediates_as_outputs_names_the_first_divergent_node():
+    from torchsim_diff.classify import first_divergent_node, intermediates_as_outputs
+    verdict = _verdict()
+    wide, refs = intermediates_as_outputs(verdict.case)
+    assert refs == ["v0", "v2"] and wide.outputs == refs          # the in-place node stays an effect
+    assert [n["id"] for n in wide.nodes] == ["v0", "v1", "v2"]
+    assert first_divergent_node(wide, _verdict(where="output 1"), refs)["op"] == "exp"
+    assert first_divergent_node(wide, _verdict(where="output 0"), refs)["op"] == "sin"
+    assert first_divergent_node(wide, _verdict(where="input x1"), refs) is None
+
+
+def test_buckets_rank_distinct_first():
+    from torchsim_diff.classify import rank_buckets
+    ranked = rank_buckets({"a": ("triton|wrong_values|add|strided", 9), "b": ("triton|wrong_values|mul|strided", 8),
+                           "c": ("triton|compile_error|LoweringException", 1)})
+    assert ranked == ["a", "c", "b"]

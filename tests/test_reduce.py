@@ -168,3 +168,42 @@ def test_value_simplification_leaves_aliasing_inputs_alone():
                      inputs=[("x0", [3, 4], [0, 1], 0, 4, {"classes": ["broadcast"]})], outputs=["v0"], seed=5)
     candidates = list(reduce._simplify_values(case))      # used to raise on the stride-0 view
     assert all("data" not in c.inputs[0] for c in candidates)
+
+
+# -- reduce, then bucket -----------------------------------------------------------------------
+@pytest.fixture
+def zoo_routes(monkeypatch):
+    """The bug zoo's planted routes (benchmarks/bug_zoo) for this process and its workers."""
+    from benchmarks.bug_zoo import planted
+    for key, value in planted.environment().items():
+        monkeypatch.setenv(key, value)
+
+
+def _refined(route, cases, tmp_path):
+    with Checker(out_dir=str(tmp_path)) as checker:
+        refiner = reduce.Refiner(checker, budget_s=60)
+        verdicts = [checker.check(case, route) for case in cases]
+        assert all(v.failed for v in verdicts), [v.status for v in verdicts]
+        fields = [refiner.refine(v) for v in verdicts]
+    return verdicts, fields
+
+
+def test_one_layout_bug_through_two_ops_lands_in_one_bucket(zoo_routes, tmp_path):
+    transposed = ("x0", [4, 3], [1, 4], 0, 12, {"classes": ["transposed"]})
+    sin = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}}], [transposed], ["v0"])
+    mul = make_case([{"id": "v0", "op": "mul", "args": ["x0", "x1"], "attrs": {}}],
+                    [transposed, ("x1", [4, 3], [3, 1], 0, 12, {})], ["v0"], seed=3)
+    verdicts, fields = _refined("zoo-layout-dropped", [sin, mul], tmp_path)
+    assert verdicts[0].bucket == verdicts[1].bucket, [v.signature for v in verdicts]
+    assert "strided" in fields[0]["trigger"]
+    assert fields[0]["raw_bucket"] != fields[1]["raw_bucket"]           # the old key split them by op
+    assert len(fields[0]["reduced_case"]["nodes"]) <= 1
+
+
+def test_two_bugs_on_one_op_and_layout_keep_two_buckets(zoo_routes, tmp_path):
+    """A lost write and a zero-seeded write both break x.add_(y); the symptom keeps them apart."""
+    case = make_case([{"id": "v0", "op": "add_", "args": ["x0", "x1"], "attrs": {}}],
+                     [("x0", [5], [1], 0, 5, {"mutated": True, "classes": ["inout"]}), ("x1", [5], [1], 0, 5, {})], [])
+    lost, _ = _refined("zoo-lost-mutation", [case], tmp_path / "lost")
+    zeroed, _ = _refined("zoo-inout-zero-seeded", [case], tmp_path / "zeroed")
+    assert lost[0].signature.split("|")[1:] != zeroed[0].signature.split("|")[1:], lost[0].signature
