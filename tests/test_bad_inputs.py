@@ -152,6 +152,7 @@ BAD_CLI = [
     (["table", "{binary_jsonl}"], "no records in"),
     (["table", "{run}", "--tables", "bogus"], "'bogus' is not one of"),
     (["table", "{run}", "--format", "yaml"], "invalid choice"),
+    (["table", "{run}", "--tables", "history", "--buckets", "{history}"], "no bucket history"),
     (["export", "abc", "--to", "{tmp}/out", "--buckets", "{history}"], "no bucket history"),
     (["export", "abc", "--to", "{tmp}/out", "--from", "{run}"], "bucket 'abc' not found"),
     (["routes", "--routes", "nope"], "unknown route 'nope'"),

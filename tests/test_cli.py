@@ -56,3 +56,20 @@ def test_ops_lists_every_family(capsys):
     assert code == 0
     for family in ("pointwise", "reduction", "normalization", "matmul", "view", "indexing", "inplace"):
         assert family in out
+
+
+def test_table_reads_the_bucket_history_that_fuzz_and_export_use(tmp_path, capsys):
+    from tests.conftest import REPO
+    from torchsim_diff.buckets import BucketStore
+    seed_case = json.load(open(f"{REPO}/corpora/seed/seed-00-float32.json"))["case"]
+    store = BucketStore(str(tmp_path / "h.sqlite"))
+    for bucket, kind in (("b-wrong", "wrong_values"), ("b-crash", "crash"), ("b-wrong", "wrong_values")):
+        store.add({"bucket": bucket, "route": "inductor", "kind": kind, "op": "relu", "status": "fail",
+                   "message": f"{kind} here", "case": seed_case})
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text(json.dumps({"route": "eager", "status": "pass"}) + "\n")
+    code, out, _ = _run(capsys, "table", str(run), "--tables", "history", "--buckets", str(tmp_path / "h.sqlite"))
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("b-")}
+    assert code == 0 and set(rows) == {"b-wrong", "b-crash"}
+    assert rows["b-wrong"][4] == "2" and rows["b-crash"][4] == "1"

@@ -285,7 +285,8 @@ def cmd_table(args) -> int:
         raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
     _warn(log.summary())
     kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
-             "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows}
+             "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows,
+             "history": lambda _records: _history_rows(args.buckets)}
     if args.format == "html" and not args.tables:
         print(report.html_page(records))
         return EXIT_CLEAN
@@ -295,6 +296,16 @@ def cmd_table(args) -> int:
             raise UsageError(f"--tables: {name!r} is not one of {', '.join(kinds)}")
     print("\n\n".join(report.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
+
+
+def _history_rows(path: str) -> list:
+    """The bucket history (the store `fuzz` and `export` use), oldest bucket first."""
+    from torchsim_diff.buckets import BucketStore, legacy_path, store_path
+    if not any(os.path.exists(p) for p in (store_path(path), legacy_path(path))):
+        raise UsageError(f"no bucket history at {path}; pass --buckets PATH")
+    return [{"bucket": bucket, "route": e["route"], "kind": e["kind"], "op": e["op"], "count": e["count"],
+             "first seen": e["first_seen"], "nodes": e["size"][0], "message": (e["message"] or "")[:80]}
+            for bucket, e in BucketStore(path).buckets.items()]
 
 
 # -- parser -----------------------------------------------------------------------------
@@ -381,7 +392,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")
     p.add_argument("--format", choices=FORMATS, default="plain")
-    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix (default: all but mix)")
+    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix,history "
+                                    "(default: all but mix and history)")
+    p.add_argument("--buckets", default=DEFAULT_HISTORY,
+                   help="bucket history for the history table (default: reports/buckets.sqlite)")
     p.set_defaults(func=cmd_table)
     return parser
 
