@@ -207,3 +207,16 @@ def test_two_bugs_on_one_op_and_layout_keep_two_buckets(zoo_routes, tmp_path):
     lost, _ = _refined("zoo-lost-mutation", [case], tmp_path / "lost")
     zeroed, _ = _refined("zoo-inout-zero-seeded", [case], tmp_path / "zeroed")
     assert lost[0].signature.split("|")[1:] != zeroed[0].signature.split("|")[1:], lost[0].signature
+
+
+def test_session_end_refinements_replace_the_buckets_of_their_records(tmp_path):
+    import json
+    (tmp_path / f"{reduce.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(
+        {"case_id": "c1", "route": "triton", "bucket": "new", "raw_bucket": "old", "first_op": "add",
+         "trigger": ["strided"]}) + "\n")
+    records = [{"case_id": "c1", "route": "triton", "status": "fail", "bucket": "old"},
+               {"case_id": "c1", "route": "inductor", "status": "fail", "bucket": "other"},
+               {"case_id": "c2", "route": "triton", "status": "pass", "bucket": None}]
+    out = reduce.apply_refinements(records, str(tmp_path))
+    assert [r["bucket"] for r in out] == ["new", "other", None]
+    assert out[0]["trigger"] == ["strided"] and out[0]["raw_bucket"] == "old"

@@ -90,6 +90,9 @@ def pytest_addoption(parser):
                     help="time for the whole run, e.g. 600, 90s, 10m: items stop drawing cases when their "
                          "share is spent, a fifth is kept for shrinking (default: no budget)")
     group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known)")
+    group.addoption("--fuzz-reduce-budget", type=float, default=60.0,
+                    help="seconds to reduce each new failure at session end before bucketing it (0: bucket "
+                         "failures as found; default: 60)")
 
 
 # Option -> check of its value (torchsim_diff.options), run before anything starts.
@@ -336,6 +339,7 @@ class FuzzSession:
 
     def pytest_sessionfinish(self, session):
         if self._checker is not None:
+            self._reduce_then_bucket()
             self._checker.close()
         if self._writer is not None:
             self._writer.close()
@@ -352,12 +356,24 @@ class FuzzSession:
         records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
         if not records:
             return
+        from torchsim_diff.reduce import apply_refinements
+        records = apply_refinements(records, self.report_dir)
         terminalreporter.section("torchsim-diff")
         new = self._update_bucket_history(records)
         from torchsim_diff.campaign import write_new_bundles
         bundles = write_new_bundles(records, new, self.report_dir)
         for line in report.end_report(records, new, bundles, self.report_dir, self.unavailable()):
             terminalreporter.write_line(line)
+
+    def _reduce_then_bucket(self) -> None:
+        """Each process reduces its own new failures (xdist workers in parallel) before the
+        main process buckets them (reduce.apply_refinements in the summary)."""
+        budget = self.config.getoption("--fuzz-reduce-budget")
+        failures = [v for v in self._verdicts.values() if v.failed and not self.is_known(v)]
+        if budget > 0 and failures:
+            from torchsim_diff.reduce import REFINED_PREFIX, refine_verdicts
+            path = os.path.join(self.report_dir, f"{REFINED_PREFIX}{self.worker_id}.jsonl")
+            refine_verdicts(self._checker, failures, path, budget_s=budget)
 
     def _history_path(self) -> str:
         return os.path.join(os.path.dirname(os.path.abspath(self.report_dir)), "buckets.json")

@@ -771,3 +771,44 @@ def _save_cache(path: str | None, entries: dict) -> None:
     if path:
         from torchsim_diff.corpus import write_atomic
         write_atomic(path, {"schema": 1, "reductions": entries})
+
+
+# -- reduce, then bucket at a pytest session's end -----------------------------------------------
+REFINED_PREFIX = "refined-"
+
+
+def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: float = DEFAULT_BUDGET_S) -> int:
+    """Reduce, then bucket, a pytest process's failing verdicts at session end (each xdist
+    worker its own, in parallel, on its warm workers); one JSON line per verdict into
+    `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements."""
+    import json
+    refiner = Refiner(checker, budget_s=budget_s)
+    lines = []
+    for verdict in verdicts:
+        fields = refiner.refine(verdict)
+        if fields:
+            lines.append(json.dumps({"case_id": verdict.case.case_id, "route": verdict.route,
+                                     "bucket": verdict.bucket, **fields}))
+    if lines:
+        with open(out_path, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def apply_refinements(records: list, folder: str) -> list:
+    """`records` with the refined bucket (and reduced case, first op, trigger) of every
+    failure the session's processes reduced (files written by refine_verdicts)."""
+    import json
+    refined = {}
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if name.startswith(REFINED_PREFIX) and name.endswith(".jsonl"):
+            with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                for line in handle:
+                    if line.strip():
+                        item = json.loads(line)
+                        refined[(item["case_id"], item["route"])] = item
+    for record in records:
+        found = refined.get((record.get("case_id"), record.get("route")))
+        if found and record.get("status") == "fail":
+            record.update({k: v for k, v in found.items() if k not in ("case_id", "route")})
+    return records
