@@ -26,12 +26,12 @@ import sys
 
 import torch
 
+from torchsim_diff.judge import TOLERANCES
 from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
 
 EXECUTORS = ("interpreter", "cuda")
-# torch.testing.assert_close defaults (rtol, atol), for comparisons across executors.
-CROSS_EXECUTOR_TOLERANCE = {torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5),
-                            torch.float32: (1.3e-6, 1e-5), torch.float64: (1e-7, 1e-7)}
+# The judge's one tolerance table (torch.testing's defaults), for comparisons across executors.
+CROSS_EXECUTOR_TOLERANCE = TOLERANCES
 
 
 @dataclasses.dataclass
