@@ -44,6 +44,7 @@ class Tally:
         self.cases = 0
         self.failures = []           # (verdict, old_failed, review) for the current rule
         self.old_value_failures = 0
+        self.failing = [0, 0]        # failing cases of any kind: before, now
         self.other_failures = collections.Counter()
         self.discrete = 0
         self.unstable = 0
@@ -116,6 +117,8 @@ def _count(tally: Tally, new, old) -> None:
     tally.unstable += new.stats.unstable
     for op, ulps in new.stats.carried_by_op.items():
         tally.by_op[op].append(ulps)
+    tally.failing[0] += old.failed
+    tally.failing[1] += new.failed
     if old.failed and old.kind in VALUE_KINDS:
         tally.old_value_failures += 1
     if new.failed and new.kind in VALUE_KINDS:
@@ -130,12 +133,14 @@ def report(tallies: dict, known: set) -> int:
         verdicts = collections.Counter(verdict_of(v, known) for v in t.failures)
         review += verdicts["review"]
         share = 100.0 * t.unstable / t.discrete if t.discrete else 0.0
-        rows.append([route, t.cases, t.old_value_failures, len(t.failures), verdicts["known bug"],
+        rows.append([route, t.cases, f"{t.failing[0]} / {t.failing[1]}", t.old_value_failures, len(t.failures),
+                     verdicts["known bug"],
                      verdicts["real bug"], verdicts["review"], dict(t.other_failures) or "-",
                      f"{t.unstable} / {t.discrete} ({share:.2f}%)", f"{t.seconds:.0f}"])
         listed += [[route, v.case.case_id, v.kind.value, v.op, verdict_of(v, known), v.message.splitlines()[-1][:110]]
                    for v in t.failures]
-    print(tabulate(rows, ["route", "cases", "value failures before", "value failures now", "known bug",
+    print(tabulate(rows, ["route", "cases", "failing before / now", "value failures before", "value failures now",
+                          "known bug",
                           "real bug", "review (FP?)", "other failures", "unstable discrete elements", "s"]))
     if listed:
         print("\nValue failures now:")

@@ -243,3 +243,37 @@ def test_the_issues_false_positives_pass_on_their_routes(checker, route, make):
         pytest.skip(f"{route}: {reason}")
     verdict = checker.check(make(), route)
     assert verdict.status.value == "pass", verdict.message
+
+
+# -- step functions and decisions no rule names ----------------------------------------------------
+def test_a_cast_to_integers_near_a_step_is_unstable_and_far_from_one_is_judged():
+    def program(x):
+        return (torch.mul(x, 3.0).to(torch.int32),)
+    third = float(torch.tensor(1 / 3, dtype=torch.float32))          # 3 * third rounds to 1 or just below
+    x = torch.tensor([third, 0.5], dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(program, [x], torch.float32)
+    assert allowance.unstable[0].tolist() == [True, False]
+    assert _judge(torch.tensor([1 - int(truth[0]), 1], dtype=torch.int32), eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([int(truth[0]), 2], dtype=torch.int32), eager, truth, allowance)[0].kind == "wrong_values"
+
+
+def test_floor_near_a_step_carries_the_step_into_its_float_result():
+    def program(x):
+        return (torch.floor(torch.mul(x, 3.0)),)
+    third = float(torch.tensor(1 / 3, dtype=torch.float32))
+    x = torch.tensor([third, 0.5], dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(program, [x], torch.float32)
+    assert float(allowance.outputs[0][0]) >= 1.0 and float(allowance.outputs[0][1]) < 1e-6
+    other_step = torch.tensor([1.0 - float(truth[0]), 1.0])
+    assert _judge(other_step, eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([float(truth[0]), 2.0]), eager, truth, allowance)[0].kind == "wrong_values"
+
+
+def test_sort_indices_of_near_ties_are_probed_unstable():
+    def program(x, w):
+        return (torch.sort(torch.mul(x, w))[1],)
+    x = torch.tensor([2.0, 1.0, 1.0 + 1e-8, 5.0], dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(program, [x, torch.ones(4, dtype=torch.float64)], torch.float32)
+    assert allowance.unstable[0].tolist() == [True, True, False, False]
+    assert _judge(torch.tensor([2, 1, 0, 3]), eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([1, 2, 3, 0]), eager, truth, allowance)[0].kind == "wrong_values"

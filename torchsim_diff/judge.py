@@ -46,7 +46,7 @@ FEW_ELEMENTS = 10              # a tensor this small gives eager's error one or 
 FEW_ELEMENTS_FACTOR = 2.0      # so the margin doubles (a 2.5x unlucky product is not a bug)
 MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23, torch.float64: 52}
 SAMPLES = 2                    # random-sign reruns per rounding node
-PROBES = 4                     # reruns with every rounding node moved at once (decisions)
+PROBES = 8                     # reruns with every rounding node moved at once (decisions)
 
 
 @dataclasses.dataclass
