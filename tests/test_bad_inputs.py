@@ -90,6 +90,7 @@ def files(tmp_path):
     """Paths the CLI table below refers to as {name} (dots in file names become underscores)."""
     paths = {"tmp": tmp_path}
     for name, content in {"empty.jsonl": "", "junk.jsonl": "no\njson\nhere\n", "lists.jsonl": "[1]\n[2]\n",
+                          "partial.jsonl": '{"route": "eager", "status": "pass"}\n',
                           "notes.txt": "hello", "a_file": "x",
                           "good.json": json.dumps({"case": SEED_CASE})}.items():
         (tmp_path / name).write_text(content)
@@ -99,7 +100,9 @@ def files(tmp_path):
     for folder in ("empty_dir", "run"):
         (tmp_path / folder).mkdir()
         paths[folder] = tmp_path / folder
-    (tmp_path / "run" / "results.jsonl").write_text(json.dumps({"route": "eager", "status": "pass"}) + "\n")
+    record = {"case_id": "c", "route": "eager", "status": "pass", "kind": None, "bucket": None, "ops": ["relu"],
+              "case": SEED_CASE}
+    (tmp_path / "run" / "results.jsonl").write_text(json.dumps(record) + "\n")
     paths["history"] = tmp_path / "history.sqlite"
     return paths
 
@@ -114,10 +117,10 @@ BAD_CLI = [
     (["fuzz", "--routes", ",,"], "names no route"),
     (["fuzz", "--routes", "nope"], "unknown route 'nope'"),
     (["fuzz", "--routes", "eager,nope"], "unknown route 'nope'"),
-    (["fuzz", "--timeout", "0"], "finite number of seconds above 0"),
-    (["fuzz", "--timeout", "-5"], "finite number of seconds above 0"),
-    (["fuzz", "--timeout", "nan"], "finite number of seconds above 0"),
-    (["fuzz", "--timeout", "inf"], "finite number of seconds above 0"),
+    (["fuzz", "--timeout", "0"], "finite number of seconds, at least 1"),
+    (["fuzz", "--timeout", "-5"], "finite number of seconds, at least 1"),
+    (["fuzz", "--timeout", "nan"], "finite number of seconds, at least 1"),
+    (["fuzz", "--timeout", "inf"], "finite number of seconds, at least 1"),
     (["fuzz", "--timeout", "soon"], "is not a number of seconds"),
     (["fuzz", "--dtype", "float8"], "dtype='float8' is not supported"),
     (["fuzz", "--dtype", ""], "dtype='' is not supported"),
@@ -129,6 +132,9 @@ BAD_CLI = [
     (["fuzz", "--out", ""], "an empty folder name"),
     (["fuzz", "--routes", "eager", "--ops", "frobnicate"], "ops=['frobnicate']"),
     (["fuzz", "--routes", "eager", "--families", "bogus"], "families=['bogus']"),
+    (["fuzz", "--routes", "eager", "--families", ",,"], "names nothing"),
+    (["fuzz", "--routes", "eager", "--ops", ""], "names nothing"),
+    (["fuzz", "--timeout", "1e-300"], "at least 1"),
     (["fuzz", "--route-option", "spike-vlen"], "ROUTE.KEY=VALUE"),
     (["fuzz", "--route-option", "nope.x=1"], "unknown route 'nope'"),
     (["fuzz", "--frobnicate"], "unrecognized arguments"),
@@ -138,7 +144,7 @@ BAD_CLI = [
     (["replay", "{empty_dir}"], "nothing to replay"),
     (["replay", "{notes_txt}"], "nothing to replay"),
     (["replay", "{good_json}", "--routes", ""], "names no route"),
-    (["replay", "{good_json}", "--timeout", "0"], "above 0"),
+    (["replay", "{good_json}", "--timeout", "0"], "at least 1"),
     (["reduce", "{good_json}", "--route", "nope"], "unknown route 'nope'"),
     (["reduce", "{good_json}"], "the following arguments are required: --route"),
     (["reduce", "does/not/exist.json", "--route", "eager"], "cannot read"),
@@ -149,6 +155,7 @@ BAD_CLI = [
     (["table", "{empty_jsonl}"], "no records in"),
     (["table", "{junk_jsonl}"], "skipped 3 unreadable line(s)"),
     (["table", "{lists_jsonl}"], "not a record"),
+    (["table", "{partial_jsonl}"], "not a record"),
     (["table", "{binary_jsonl}"], "no records in"),
     (["table", "{run}", "--tables", "bogus"], "'bogus' is not one of"),
     (["table", "{run}", "--format", "yaml"], "invalid choice"),
@@ -241,8 +248,8 @@ PLUGIN_BAD = [
     (["--fuzz-dtypes", ","], "names no dtype"),
     (["--fuzz-examples", "0"], "not a positive integer"),
     (["--fuzz-shards", "0"], "not a positive integer"),
-    (["--fuzz-timeout", "0"], "above 0"),
-    (["--fuzz-timeout", "nan"], "above 0"),
+    (["--fuzz-timeout", "0"], "at least 1"),
+    (["--fuzz-timeout", "nan"], "at least 1"),
 ]
 
 

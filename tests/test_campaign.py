@@ -48,7 +48,7 @@ def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
 
 def test_a_truncated_last_line_does_not_lose_earlier_records(tmp_path):
     path = tmp_path / "results.jsonl"
-    record = {"route": "eager", "status": "pass"}
+    record = {"case_id": "c", "route": "eager", "status": "pass", "kind": None, "bucket": None, "ops": [], "case": None}
     path.write_text(json.dumps(record) + "\n" + '{"route": ')
     assert list(read_records(str(path))) == [record]
 

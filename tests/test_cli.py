@@ -68,7 +68,9 @@ def test_table_reads_the_bucket_history_that_fuzz_and_export_use(tmp_path, capsy
                    "message": f"{kind} here", "case": seed_case})
     run = tmp_path / "run"
     run.mkdir()
-    (run / "results.jsonl").write_text(json.dumps({"route": "eager", "status": "pass"}) + "\n")
+    record = {"case_id": "c", "route": "eager", "status": "pass", "kind": None, "bucket": None, "ops": ["relu"],
+              "case": seed_case}
+    (run / "results.jsonl").write_text(json.dumps(record) + "\n")
     code, out, _ = _run(capsys, "table", str(run), "--tables", "history", "--buckets", str(tmp_path / "h.sqlite"))
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("b-")}
     assert code == 0 and set(rows) == {"b-wrong", "b-crash"}

@@ -32,7 +32,8 @@ def _lines(path) -> list:
 
 
 def _record(n: int) -> dict:
-    return {"route": "eager", "status": "pass", "case_id": f"c{n}", "message": "x" * 50}
+    return {"case_id": f"c{n}", "route": "eager", "status": "pass", "kind": None, "bucket": None, "ops": ["relu"],
+            "case": None, "message": "x" * 50}
 
 
 def _wait_for_records(path, n: int, proc, limit_s: float = 300) -> None:
@@ -88,7 +89,7 @@ def test_a_torn_tail_then_a_campaign_rerun_loses_nothing(tmp_path):
 
 def test_readers_say_how_many_lines_they_skipped_and_why(tmp_path):
     path = tmp_path / "results.jsonl"
-    path.write_bytes(b'{"route": "eager", "status": "pass"}\n[1, 2]\n{"b": \n\xff\xfe\n\n')
+    path.write_bytes(json.dumps(_record(0)).encode() + b'\n[1, 2]\n{"b": \n\xff\xfe\n\n')
     records, log = read_all([str(path)])
     assert len(records) == 1
     summary = log.summary()

@@ -94,7 +94,7 @@ def cmd_fuzz(args) -> int:
     routes = args.routes
     opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=args.max_examples,
                            seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
-                           families=_split(args.families), ops=_split(args.ops),
+                           families=args.families, ops=args.ops,
                            special_values=args.special_values, timeout_s=args.timeout,
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
@@ -332,8 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", type=opt.fuzz_dtype, default="float32",
                    help="float32 (default), float16, bfloat16, int32, int64")
     p.add_argument("--max-nodes", type=opt.positive_int, default=8)
-    p.add_argument("--families", help="only ops of these families (comma-separated)")
-    p.add_argument("--ops", help="only these ops (comma-separated)")
+    p.add_argument("--families", type=opt.name_list, help="only ops of these families (comma-separated)")
+    p.add_argument("--ops", type=opt.name_list, help="only these ops (comma-separated)")
     p.add_argument("--special-values", action="store_true", help="add NaN, Inf, -0.0, subnormals, huge values")
     p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per case before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")

@@ -27,14 +27,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+# Below a second every case would time out on the round trip to its worker alone.
+MIN_SECONDS = 1.0
+
+
 def positive_seconds(text: str) -> float:
-    """A finite number of seconds above zero (0, negatives, nan and inf would time out or never)."""
+    """A finite number of seconds, at least MIN_SECONDS (0, nan and inf would time out or never)."""
     try:
         value = float(text)
     except (TypeError, ValueError):
         raise BadOption(f"{text!r} is not a number of seconds (e.g. 120)") from None
-    if not math.isfinite(value) or value <= 0:
-        raise BadOption(f"{text!r} must be a finite number of seconds above 0 (e.g. 120)")
+    if not math.isfinite(value) or value < MIN_SECONDS:
+        raise BadOption(f"{text!r} must be a finite number of seconds, at least {MIN_SECONDS:g} (e.g. 120)")
     return value
 
 
@@ -56,6 +60,14 @@ def fuzz_dtype(text: str) -> str:
     if text not in FLOAT_DTYPES + INT_DTYPES:
         raise BadOption(f"dtype={text!r} is not supported; use one of {', '.join(FLOAT_DTYPES + INT_DTYPES)}")
     return text
+
+
+def name_list(text: str) -> list:
+    """Comma-separated names, at least one (an empty list would silently mean 'all')."""
+    names = [n.strip() for n in (text or "").split(",") if n.strip()]
+    if not names:
+        raise BadOption(f"{text!r} names nothing; pass one or more comma-separated names")
+    return names
 
 
 def dtype_list(text: str) -> list:

@@ -105,7 +105,8 @@ class ReadLog:
         return f"skipped {total} unreadable line(s) in {', '.join(sorted(self.files))}: {reasons}"
 
 
-REQUIRED = ("route", "status")
+# Fields every record has had since the first version and that the tables rely on.
+REQUIRED = ("case_id", "route", "status", "kind", "bucket", "ops", "case")
 
 
 def read_records(path: str, log: ReadLog | None = None):
@@ -138,7 +139,7 @@ def _parse(raw: bytes):
     except json.JSONDecodeError:
         return None, "not JSON (a torn or foreign line)"
     if not isinstance(record, dict) or any(key not in record for key in REQUIRED):
-        return None, f"not a record (JSON without {' and '.join(REQUIRED)})"
+        return None, "not a record (JSON without the record fields)"
     return record, None
 
 
