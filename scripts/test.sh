@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --hypothesis-profile=torchsim-ci tests fuzz --routes eager,inductor,triton "$@"
+exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --hypothesis-profile=torchsim-ci tests fuzz --routes eager,inductor,triton,mlir,spike "$@"

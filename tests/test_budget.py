@@ -18,33 +18,45 @@ def test_bad_durations_name_the_value_and_the_fix(text):
 
 def test_items_share_the_drawing_time_and_stop_with_budget_spent():
     budget = Budget(100.0, start=0.0)                     # drawing until 80, shrinking until 100
-    first = ItemClock(budget, items=4, workers=2, done_here=0, now=0.0)
+    first = ItemClock(budget, items=4, workers=2, done_here=0)
+    assert first.admit(now=0.0) is True
     assert first.admit(now=39.0) is True
     with pytest.raises(BudgetSpent):
         first.admit(now=40.0)
-    second = ItemClock(budget, items=4, workers=2, done_here=1, now=40.0)
+    second = ItemClock(budget, items=4, workers=2, done_here=1)
+    second.admit(now=40.0)
     assert second.draw_until == 80.0
-    late = ItemClock(budget, items=4, workers=2, done_here=2, now=90.0)
+    late = ItemClock(budget, items=4, workers=2, done_here=2)
     with pytest.raises(BudgetSpent):
         late.admit(now=90.0)
 
 
 def test_an_item_that_ends_early_leaves_its_time_to_the_next():
     budget = Budget(100.0, start=0.0)
-    clock = ItemClock(budget, items=4, workers=1, done_here=1, now=5.0)     # the first took 5 s of its 20
+    clock = ItemClock(budget, items=4, workers=1, done_here=1)     # the first took 5 s of its 20
+    clock.admit(now=5.0)
     assert clock.draw_until == 40.0
+
+
+def test_the_route_start_up_does_not_eat_an_item_whose_first_case_comes_late():
+    clock = ItemClock(Budget(100.0, start=0.0), items=4, workers=1, done_here=0)    # its slot ends at 20
+    assert clock.admit(now=30.0) is True                  # the first case opens MIN_ITEM_S seconds
+    assert clock.admit(now=34.0) is True
+    with pytest.raises(BudgetSpent):
+        clock.admit(now=35.0)
 
 
 def test_a_failing_item_shrinks_past_its_drawing_time_but_not_past_the_end():
     budget = Budget(100.0, start=0.0)
-    clock = ItemClock(budget, items=1, workers=1, done_here=0, now=0.0)
+    clock = ItemClock(budget, items=1, workers=1, done_here=0)
+    clock.admit(now=0.0)
     clock.failed(now=79.0)
     assert clock.admit(now=85.0) is True                  # shrinking: no BudgetSpent
     assert clock.admit(now=100.0) is False                # the end: cases pass unrun
 
 
 def test_shrinking_a_hang_is_capped_in_steps():
-    clock = ItemClock(Budget(1000.0, start=0.0), items=1, workers=1, done_here=0, now=0.0)
+    clock = ItemClock(Budget(1000.0, start=0.0), items=1, workers=1, done_here=0)
     clock.failed(SHRINK_TIMEOUT_STEPS, now=1.0)
     admitted = [clock.admit(now=2.0) for _ in range(SHRINK_TIMEOUT_STEPS + 3)]
     assert admitted == [True] * SHRINK_TIMEOUT_STEPS + [False] * 3

@@ -19,7 +19,7 @@ import re
 import time
 
 SHRINK_SHARE = 0.2
-MIN_ITEM_S = 5.0               # an item started before the drawing deadline gets at least this
+MIN_ITEM_S = 5.0               # an item's first case before the drawing deadline opens at least this
 GRACE_S = 20.0                 # a case started just before the end may still finish
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
@@ -86,15 +86,18 @@ class ItemClock:
     A failing item may then shrink for up to its share of the shrinking time.
     """
 
-    def __init__(self, budget: Budget, *, items: int, workers: int, done_here: int, now: float | None = None):
-        now = time.time() if now is None else now
+    def __init__(self, budget: Budget, *, items: int, workers: int, done_here: int):
         self.budget = budget
         slot = (budget.draw_end - budget.start) * max(1, workers) / max(1, items)
-        planned = budget.start + (done_here + 1) * slot
-        self.draw_until = min(budget.draw_end, max(planned, now + MIN_ITEM_S))
+        self.planned = budget.start + (done_here + 1) * slot
         self.shrink_allowance = max(budget.shrink_s / 2, slot)
+        self.draw_until: float | None = None       # set by the first case (after the route's start-up)
         self.shrink_until: float | None = None
         self.steps_left: float = math.inf
+
+    def _start(self, now: float) -> None:
+        if self.draw_until is None:
+            self.draw_until = min(self.budget.draw_end, max(self.planned, now + MIN_ITEM_S))
 
     def failed(self, capped_steps: int | None = None, now: float | None = None) -> None:
         """The item raised a finding: from now on it is shrinking (at most capped_steps new runs)."""
@@ -110,6 +113,7 @@ class ItemClock:
 
     def admit(self, now: float | None = None) -> bool:
         now = time.time() if now is None else now
+        self._start(now)
         if not self.shrinking:
             if now >= self.draw_until:
                 raise BudgetSpent

@@ -212,7 +212,12 @@ class FuzzSession:
         return settings(base, max_examples=self.examples)
 
     def require(self, route: str) -> None:
-        """Skip the calling test with the reason when `route` cannot run here."""
+        """Skip the calling test with the reason when `route` cannot run here; end it at
+        once (BudgetSpent) when the budget's drawing time is over, before a worker starts."""
+        if self._clock is not None and time.time() >= self.budget.draw_end:
+            raise BudgetSpent
+        if self._runnable is not None and route in self._runnable:
+            return                                   # probed by the controller
         if route not in self._availability:
             self._availability[route] = self.checker.availability(route)
         ok, reason, *_ = self._availability[route]
@@ -319,7 +324,7 @@ class FuzzSession:
     def pytest_runtest_makereport(self, item, call):
         """An item stopped by its budget (BudgetSpent through Hypothesis) passed with what it ran."""
         report = yield
-        if call.excinfo is not None and call.excinfo.errisinstance(BudgetSpent):
+        if self._clock is not None and call.excinfo is not None and call.excinfo.errisinstance(BudgetSpent):
             report.outcome, report.longrepr = "passed", None
         return report
 
