@@ -16,7 +16,7 @@ from torchsim_diff.replay import replay_entry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = os.path.join(REPO, "corpora")
-ROUTES = os.environ.get("TORCHSIM_DIFF_CORPUS_ROUTES", "eager,inductor,triton,mlir,spike").split(",")
+ROUTES = os.environ.get("TORCHSIM_DIFF_CORPUS_ROUTES", "eager,inductor,triton,mlir,spike,triton-spike").split(",")
 ENTRIES = [e for e, err in iter_entries([CORPORA]) if e is not None]
 KNOWN_BUCKETS = {e.bucket for e in ENTRIES if e.kind == KNOWN}
 CORRUPT = [err for e, err in iter_entries([CORPORA]) if err is not None]
