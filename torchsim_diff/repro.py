@@ -191,10 +191,10 @@ def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool
     head = [f'"""{title(record, case)}']
     head += [f"Known bug: {note}"] if note else []
     head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
-             f"{TOOLCHAIN.get(route) or 'the toolchain'} missing.", '"""']
+             f"{TOOLCHAIN.get(route) or 'the toolchain'} missing.\"\"\""]
     imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
                "" if route in IMPORT_ONLY else "    import judge  # torchsim-diff's comparison rule, verbatim"]
-    imports += ["except ImportError as exc:", '    print(f"cannot run here: {exc}")', "    sys.exit(2)"]
+    imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     body = [_program_source(case), _inputs_source(case, record.get("kind"), inputs_file)]
     if setup is None:
         body.append(_NOT_STANDALONE.format(route=route))
@@ -238,8 +238,7 @@ def _inputs_source(case: Case, kind: str | None, inputs_file: bool) -> str:
         views.append(f"torch.tensor({source}, dtype={dtype}).as_strided({tuple(spec['shape'])}, "
                      f"{tuple(lay['strides'])}, {lay['offset']})" if not inputs_file else
                      f"{source}.to({dtype}).as_strided({tuple(spec['shape'])}, {tuple(lay['strides'])}, {lay['offset']})")
-    lines.append(f"    return [{', '.join(views)}]" if len(views) == 1 or len(", ".join(views)) < 80 else
-                 "    return [\n" + "".join(f"        {v},\n" for v in views) + "    ]")
+    lines.append(f"    return [{', '.join(views)}]")
     return "\n".join(lines) + "\n"
 
 
@@ -278,8 +277,7 @@ def _run_source(case: Case, kind: str | None) -> str:
              "try:",
              "    got = compiled(*gx)",
              "except Exception as exc:  # the compiler failing is the bug",
-             '    print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}")',
-             "    sys.exit(1)",
+             '    sys.exit(print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}") or 1)',
              f"allow = judge.carried(program, inputs(torch.float64), torch.{case.dtype})",
              "checks = [(f\"output {i}\", *c) for i, c in enumerate(zip(got, eager, truth, allow.outputs, "
              "allow.sensitivity, allow.unstable))]"]
