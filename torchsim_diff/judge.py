@@ -517,17 +517,33 @@ def _moved_by_node(runner, calls, outputs, finals, index, rule, eps, gen):
         def inject(i, call):
             if i != index:
                 return
-            with torch.no_grad():
-                local = rule(call.func, call.args, call.kwargs, call.result, eps)
-                local = local.double().nan_to_num(nan=0.0, posinf=0.0).expand(call.result.shape)
-                sign = torch.randint(0, 2, call.result.shape, generator=gen, dtype=torch.float64) * 2 - 1
-                call.result.add_(sign * local)
+            sign = torch.randint(0, 2, call.result.shape, generator=gen, dtype=torch.float64) * 2 - 1
+            _nudge(call.result, sign * _local(rule, call, eps))
 
         got_calls, got_out, got_in = runner.run(inject)
         _accumulate_max(moved["calls"], [c.value for c in got_calls], [c.value for c in calls])
         _accumulate_max(moved["outputs"], got_out, outputs)
         _accumulate_max(moved["inputs"], got_in, finals)
     return moved
+
+
+def _nudge(result: torch.Tensor, delta: torch.Tensor) -> None:
+    """Move a result in place; one whose elements share memory (an expanded view) stays put."""
+    try:
+        result.add_(delta.to(result.dtype))
+    except RuntimeError:
+        pass
+
+
+def _local(rule, call, eps) -> torch.Tensor:
+    """A node's local allowance, shaped like its result. A rule that cannot read this call's
+    arguments (an op spelled another way) allows nothing rather than failing the case."""
+    try:
+        with torch.no_grad():
+            local = rule(call.func, call.args, call.kwargs, call.result, eps)
+        return torch.as_tensor(local, dtype=torch.float64).nan_to_num(nan=0.0, posinf=0.0).expand(call.result.shape)
+    except (TypeError, ValueError, IndexError, KeyError, RuntimeError):
+        return torch.zeros(call.result.shape, dtype=torch.float64)
 
 
 def _probe(runner, calls, outputs, eps, gen, dtype):
@@ -543,11 +559,8 @@ def _probe(runner, calls, outputs, eps, gen, dtype):
         rule = ROUNDING.get(call.name)
         if rule is None or not call.result.dtype.is_floating_point:
             return
-        with torch.no_grad():
-            local = rule(call.func, call.args, call.kwargs, call.result, eps)
-            local = local.double().nan_to_num(nan=0.0, posinf=0.0).expand(call.result.shape)
-            sign = torch.randint(0, 2, call.result.shape, generator=gen, dtype=torch.float64) * 2 - 1
-            call.result.add_(scale * sign * local)
+        sign = torch.randint(0, 2, call.result.shape, generator=gen, dtype=torch.float64) * 2 - 1
+        _nudge(call.result, scale * sign * _local(rule, call, eps))
 
     for _ in range(PROBES):
         _, got, _ = runner.run(inject)
