@@ -49,15 +49,19 @@ def main():
     parser.add_argument("--out", default=os.path.join("corpora", "seed"))
     parser.add_argument("--draws", type=int, default=600)
     args = parser.parse_args()
-    wanted = {("op", name) for name in all_ops()} | {("layout", c) for c in LAYOUT_CLASSES}
-    chosen, missing = greedy_cover(draw_cases("float32", args.draws, 6), wanted)
-    int_wanted = {("op", n) for n, s in all_ops().items() if s.dtypes == "any"}
-    int_chosen, _ = greedy_cover(draw_cases("int64", args.draws // 2, 6), int_wanted)
+    layouts = {("layout", c) for c in LAYOUT_CLASSES}
+    float_ops = {("op", n) for n, s in all_ops().items() if s.supports("float32")}
+    chosen, missing = greedy_cover(draw_cases("float32", args.draws, 6), float_ops | layouts)
+    # Integer cases: the integer-only ops, plus a few shared ones for exact comparison.
+    int_wanted = {("op", n) for n, s in all_ops().items() if s.dtypes == "int"}
+    int_wanted |= {("op", n) for n in ("sum", "cumsum", "sort", "scatter_add", "floor_divide")}
+    int_chosen, int_missing = greedy_cover(draw_cases("int64", args.draws // 2, 6), int_wanted)
     half, _ = greedy_cover(draw_cases("float16", args.draws // 4, 4), {("op", "sum"), ("op", "softmax")})
-    for i, case in enumerate(chosen + int_chosen[:2] + half[:1]):
+    for i, case in enumerate(chosen + int_chosen + half[:1]):
         note = f"ops: {', '.join(case.ops)}; layouts: {', '.join(case.layouts)}"
         write_atomic(os.path.join(args.out, f"seed-{i:02d}-{case.dtype}.json"), {"note": note, "case": case.to_dict()})
-    print(f"wrote {len(chosen) + min(2, len(int_chosen)) + min(1, len(half))} entries; uncovered: {sorted(missing) or 'none'}")
+    uncovered = sorted(missing | int_missing)
+    print(f"wrote {len(chosen) + len(int_chosen) + min(1, len(half))} entries; uncovered: {uncovered or 'none'}")
 
 
 if __name__ == "__main__":
