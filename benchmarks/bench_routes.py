@@ -7,6 +7,9 @@ hops, the eager/float64 reference, comparison).
 Figures are printed, never asserted: they depend on the machine.
 """
 import argparse
+import cProfile
+import io
+import pstats
 import statistics
 import tempfile
 import time
@@ -22,14 +25,23 @@ def main():
     parser.add_argument("--cases", type=int, default=40)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--max-nodes", type=int, default=4)
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also print the N costliest functions of this (the harness's) process per route")
     args = parser.parse_args()
     rows = []
     for route in args.routes.split(","):
         with tempfile.TemporaryDirectory() as out:
+            profiler = cProfile.Profile() if args.profile else None
             t0 = time.perf_counter()
+            if profiler:
+                profiler.enable()
             result = run_campaign(CampaignOptions(routes=[route], out_dir=out, max_examples=args.cases,
                                                   seed=args.seed, max_nodes=args.max_nodes))
             wall = time.perf_counter() - t0
+            if profiler:
+                profiler.disable()
+                print(f"-- {route}: the harness process's top {args.profile} functions by own time "
+                      f"(waiting on the route worker shows as select)\n{_top(profiler, args.profile)}")
         recs = [r for r in result.records if r["status"] in ("pass", "fail")]
         if not recs:
             rows.append([route, 0] + [None] * 6)
@@ -45,6 +57,12 @@ def main():
     print(tabulate(rows, headers=["route", "cases", "cases/s (wall)", "median s/case (warm)", "median compile s",
                                   "median run s", "harness % of case time",
                                   "harness % of wall (incl. generation, startup)"]))
+
+
+def _top(profiler, n: int) -> str:
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).strip_dirs().sort_stats("tottime").print_stats(n)
+    return text.getvalue().split("ncalls", 1)[-1].join(("ncalls", "")) if "ncalls" in text.getvalue() else ""
 
 
 if __name__ == "__main__":

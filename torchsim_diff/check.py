@@ -14,6 +14,8 @@ import os
 import shutil
 import time
 
+import torch
+
 from torchsim_diff import classify, oracle
 from torchsim_diff.graph import Case
 from torchsim_diff.kinds import Kind, Status
@@ -138,6 +140,8 @@ class Checker:
         self.route_options = dict(route_options or {})
         self.tag = tag
         self.workers: dict = {}
+        # The reference runs tiny tensors: more threads only contend with parallel workers.
+        torch.set_num_threads(1)
         self._reference_key = None
         self._reference = None
 

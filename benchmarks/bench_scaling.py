@@ -1,0 +1,134 @@
+"""How a pytest-xdist campaign scales with workers: cases/s per worker count, per route.
+
+    .venv/bin/python benchmarks/bench_scaling.py --routes inductor,triton --workers 1,2 --window 60
+
+Each (route, worker count) runs `pytest -n W fuzz/ --routes ROUTE` for a fixed window of wall
+time, then stops it; every record in the run's results-*.jsonl counts as a case. Two rates:
+
+- window: cases / window, start-up (interpreters, route workers, Inductor's first compile)
+  included, as a short campaign sees it;
+- steady: cases after the last worker's first record / the time since then, the rate a long
+  campaign approaches.
+
+Scaling is each rate against the one-worker rate times W (100% = linear). The machine's load
+average is printed with each row: on a shared machine, other work distorts the figures.
+Figures are printed, never asserted.
+"""
+import argparse
+import glob
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from tabulate import tabulate
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+POLL_S = 0.5
+
+
+def count_records(report_dir: str) -> dict:
+    """Records written so far, per results file (one file per xdist worker)."""
+    counts = {}
+    for path in glob.glob(os.path.join(report_dir, "results-*.jsonl")):
+        with open(path, "rb") as handle:
+            counts[path] = handle.read().count(b"\n")
+    return counts
+
+
+def pytest_command(route: str, workers: int, report_dir: str, args) -> list:
+    shards = max(1, -(-2 * workers // 7))     # 7 op families: at least two items per worker
+    return [sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider", "-q",
+            *_plugin_option(), "--hypothesis-profile=long", "fuzz/", "--routes", route,
+            "--fuzz-shards", str(shards), "--fuzz-seed", str(args.seed), "--report-dir", report_dir,
+            "--fuzz-timeout", str(args.timeout)]
+
+
+def _plugin_option() -> list:
+    """Load the plugin by module where torchsim-diff is not installed (e.g. a bare checkout)."""
+    from importlib.metadata import entry_points
+    installed = any(e.name == "torchsim_diff" for e in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "torchsim_diff.pytest_plugin"]
+
+
+def measure(route: str, workers: int, args) -> dict:
+    """Run one window; return cases, rates and the load average at its end."""
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as report_dir:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+        proc = subprocess.Popen(pytest_command(route, workers, report_dir, args), cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        t0 = time.monotonic()
+        all_started = None
+        started_count = 0
+        try:
+            while time.monotonic() - t0 < args.window and proc.poll() is None:
+                time.sleep(POLL_S)
+                counts = count_records(report_dir)
+                if all_started is None and sum(1 for n in counts.values() if n) >= workers:
+                    all_started, started_count = time.monotonic() - t0, sum(counts.values())
+        finally:
+            elapsed = time.monotonic() - t0
+            _stop(proc)
+        total = sum(count_records(report_dir).values())
+    steady = None
+    if all_started is not None and elapsed > all_started:
+        steady = (total - started_count) / (elapsed - all_started)
+    return {"route": route, "workers": workers, "cases": total, "window_rate": total / elapsed,
+            "steady_rate": steady, "first_all_s": all_started, "load": os.getloadavg()[0]}
+
+
+def _stop(proc) -> None:
+    for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(wait_s)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _percent(rate, base, workers):
+    if rate is None or not base:
+        return None
+    return round(100 * rate / (base * workers), 1)
+
+
+def table(rows: list) -> str:
+    base = {}
+    out = []
+    for row in rows:
+        if row["workers"] == 1:
+            base[row["route"]] = row
+        one = base.get(row["route"], {})
+        out.append([row["route"], row["workers"], row["cases"], round(row["window_rate"], 3),
+                    _percent(row["window_rate"], one.get("window_rate"), row["workers"]),
+                    None if row["steady_rate"] is None else round(row["steady_rate"], 3),
+                    _percent(row["steady_rate"], one.get("steady_rate"), row["workers"]),
+                    None if row["first_all_s"] is None else round(row["first_all_s"], 1), round(row["load"], 1)])
+    return tabulate(out, headers=["route", "workers", "cases", "cases/s (window)", "% of linear",
+                                  "cases/s (steady)", "% of linear (steady)", "s to every worker's first case",
+                                  "load avg"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--routes", default="inductor,triton")
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts; 1 should come first")
+    parser.add_argument("--window", type=float, default=60.0, help="seconds of wall time per run (default: 60)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default: 120)")
+    args = parser.parse_args()
+    rows = []
+    for route in args.routes.split(","):
+        for workers in (int(w) for w in args.workers.split(",")):
+            rows.append(measure(route, workers, args))
+            sys.stderr.write(f"{route} x{workers}: {rows[-1]['cases']} cases in {args.window:g} s\n")
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
