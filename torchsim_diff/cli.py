@@ -88,7 +88,7 @@ def _route_or_usage(name: str):
 # -- fuzz -------------------------------------------------------------------------------
 def cmd_fuzz(args) -> int:
     """Run a campaign; print a summary table; exit 1 when anything failed."""
-    from torchsim_diff.campaign import CampaignOptions, run_campaign
+    from torchsim_diff.campaign import CampaignOptions
     from torchsim_diff.report import bucket_rows, render, summary_rows
     from torchsim_diff.strategies import InvalidArgument
     routes = args.routes
@@ -100,7 +100,7 @@ def cmd_fuzz(args) -> int:
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
                            reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget)
     try:
-        result = run_campaign(opts)
+        result = _run_fuzz(opts, args)
     except InvalidArgument as exc:
         raise UsageError(str(exc)) from None
     print(render(summary_rows(result.records), "plain", "Summary"))
@@ -114,9 +114,25 @@ def cmd_fuzz(args) -> int:
             print(f"{len(result.new_buckets)} new bucket(s); history in {opts.bucket_store}")
     print(f"\n{result.cases} cases, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (" (interrupted)" if result.interrupted else ""))
+    for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
+        print(note)
     if result.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+
+
+def _run_fuzz(opts, args):
+    """In this process, or in shards on a Ray cluster with --ray."""
+    if not args.ray:
+        from torchsim_diff.campaign import run_campaign
+        return run_campaign(opts)
+    from torchsim_diff.ray_campaign import RayUnavailable, run_ray_campaign
+    if args.shards is not None and args.shards < 1:
+        raise UsageError(f"--shards {args.shards} must be 1 or more (e.g. --shards 64)")
+    try:
+        return run_ray_campaign(opts, args.ray, args.shards)
+    except RayUnavailable as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _route_options(args) -> dict:
@@ -348,6 +364,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bucket failures as found instead of reducing each new one first")
     p.add_argument("--reduce-budget", type=float, default=60.0, metavar="SECONDS",
                    help="time to reduce one new failure before bucketing it (default: 60)")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run on a Ray cluster (its address, or 'local' to start one here); needs the [ray] extra")
+    p.add_argument("--shards", type=int, default=None,
+                   help="with --ray: shards of the campaign, each with its own seed and budget; the same --seed "
+                        "and --shards give the same cases on any cluster (default: one per CPU of the cluster)")
     p.set_defaults(func=cmd_fuzz)
 
     p = sub.add_parser("replay", help="replay case files or corpus entries on routes")

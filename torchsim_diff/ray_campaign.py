@@ -1,0 +1,317 @@
+"""Campaigns across machines on Ray: shards on actors, one driver that writes everything.
+
+    torchsim-diff fuzz --ray local --routes inductor --max-examples 400 --seed 1
+    torchsim-diff fuzz --ray HEAD_HOST:6379 --shards 64 --routes inductor,triton --max-examples 5000
+
+The campaign is cut into shards. Shard i draws its own cases with a Hypothesis seed derived
+from --seed and i, and has its own budget (its share of --max-examples), so the same --seed
+and --shards give the same cases however many nodes run them. One actor per CPU slot keeps a
+warm Checker (a route worker per route) and runs shards one case at a time; each case's
+records go back to the driver as soon as they are made. The driver alone writes
+results.jsonl, the bucket history and the bundles (failing cases' artifacts travel with
+their records). A lost node keeps the records it already sent: the rest of each shard it was
+running goes back in the queue, is drawn again from the shard's seed on another actor, which
+skips the cases already recorded, and the summary names those shards.
+
+Ray is an optional extra: ``pip install 'torchsim-diff[ray]'``.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import io
+import os
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+import time
+
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from torchsim_diff.campaign import (DRAWS_PER_CASE, PROGRESS_EVERY_S, CampaignOptions, CampaignResult,
+                                    _CampaignDone, write_new_bundles)
+from torchsim_diff.kinds import Status
+from torchsim_diff.strategies import cases
+
+MAX_ARTIFACT_BYTES = 32 << 20    # a failing case's artifacts travel inside its record up to this size
+INSTALL_HINT = "pip install 'torchsim-diff[ray]'"
+
+
+@dataclasses.dataclass
+class RayCampaignResult(CampaignResult):
+    notes: list = dataclasses.field(default_factory=list)   # lines for the summary: shards rerun and why
+
+
+class RayUnavailable(Exception):
+    """Ray is not installed, or the cluster cannot be reached or has no CPU."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    index: int
+    seed: int
+    budget: int
+
+
+def shard_seed(campaign_seed: int, index: int) -> int:
+    """The Hypothesis seed of shard `index`: a hash, so neighbouring seeds share no shards."""
+    digest = hashlib.sha256(f"torchsim-diff/{campaign_seed}/{index}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def plan_shards(campaign_seed: int, max_examples: int, shards: int) -> list:
+    """`shards` shards whose budgets add up to max_examples (the first ones take the remainder)."""
+    if shards < 1:
+        raise ValueError(f"shards={shards!r} must be at least 1")
+    base, extra = divmod(max_examples, shards)
+    return [Shard(i, shard_seed(campaign_seed, i), base + (i < extra)) for i in range(shards)
+            if base + (i < extra) > 0]
+
+
+def draw_cases(opts: CampaignOptions, seed_value: int, count: int) -> list:
+    """The first `count` distinct cases Hypothesis draws with `seed_value`: the same cases, in
+    the same order, as `run_campaign` with that seed and max_examples=count."""
+    strategy = cases(dtype=opts.dtype, max_nodes=opts.max_nodes, families=opts.families, ops=opts.ops,
+                     special_values=opts.special_values)
+    drawn, seen = [], set()
+
+    @seed(seed_value)
+    @settings(max_examples=count * DRAWS_PER_CASE, database=None, deadline=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def draw(case):
+        if case.case_id in seen:
+            return
+        seen.add(case.case_id)
+        drawn.append(case)
+        if len(drawn) >= count:
+            raise _CampaignDone
+
+    try:
+        draw()
+    except _CampaignDone:
+        pass
+    return drawn
+
+
+class ShardRunner:
+    """Runs shards one case at a time with warm route workers; a Ray actor on the cluster,
+    a plain object for the single-process reference run."""
+
+    def __init__(self, opts: CampaignOptions):
+        from torchsim_diff.check import Checker
+        self.opts = opts
+        self.scratch = tempfile.mkdtemp(prefix="torchsim-diff-shard-")
+        self.checker = Checker(out_dir=self.scratch, timeout_s=opts.timeout_s, route_options=opts.route_options,
+                               repeat=opts.repeat)
+        self.available = {r: self.checker.availability(r) for r in opts.routes}
+        self._shard, self._cases = None, []
+
+    def node(self) -> str:
+        """host/node-id of where this runner lives (several nodes may share a host)."""
+        ray = sys.modules.get("ray")
+        inside = ray is not None and ray.is_initialized()    # asking Ray outside would join a cluster
+        node_id = ray.get_runtime_context().get_node_id()[:6] if inside else f"pid{os.getpid()}"
+        return f"{socket.gethostname()}/{node_id}"
+
+    def step(self, shard: Shard, position: int):
+        """Records of the shard's case at `position` (one per route), or None past its end."""
+        if self._shard != shard:
+            self._shard, self._cases = shard, draw_cases(self.opts, shard.seed, shard.budget)
+        if position >= len(self._cases):
+            return None
+        return [self._record(self._cases[position], route) for route in self.opts.routes]
+
+    def _record(self, case, route: str) -> dict:
+        from torchsim_diff.check import Verdict
+        ok, reason, _versions = self.available[route]
+        verdict = self.checker.check(case, route) if ok else Verdict(case, route, Status.SKIPPED, message=reason)
+        record = verdict.record()
+        if record.get("artifacts"):
+            record["artifacts_tar"] = _pack(record["artifacts"])
+        return record
+
+    def close(self) -> None:
+        self.checker.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _pack(folder: str) -> bytes | None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        tar.add(folder, arcname=".")
+    blob = buffer.getvalue()
+    return blob if len(blob) <= MAX_ARTIFACT_BYTES else None
+
+
+def _unpack(record: dict, out_dir: str) -> dict:
+    """Artifacts that travelled with a record land in OUT/artifacts/<route>/<case_id>."""
+    blob = record.pop("artifacts_tar", None)
+    if record.get("artifacts"):
+        record["artifacts"] = None
+        if blob:
+            folder = os.path.join(out_dir, "artifacts", record["route"], record["case_id"])
+            with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
+                tar.extractall(folder, filter="data")
+            record["artifacts"] = folder
+    return record
+
+
+class NodeProgress:
+    """One line every few seconds: position, overall speed, and speed per node."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.stream = total, stream
+        self.t0 = self.last = time.monotonic()
+        self.per_node: collections.Counter = collections.Counter()
+
+    def count(self, node: str) -> None:
+        self.per_node[node] += 1
+
+    def update(self, result: CampaignResult, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        elapsed = max(now - self.t0, 1e-9)
+        nodes = ", ".join(f"{node} {n / elapsed:.2f}/s" for node, n in sorted(self.per_node.items()))
+        self.stream.write(f"[{result.cases}/{self.total}] {result.cases / elapsed:.2f} cases/s "
+                          f"({nodes}), {len(result.findings)} failing records\n")
+        self.stream.flush()
+
+
+class Driver:
+    """Receives records, keeps the campaign's state, and alone writes results and history."""
+
+    def __init__(self, opts: CampaignOptions, writer, store, progress: NodeProgress):
+        self.opts, self.writer, self.store, self.progress = opts, writer, store, progress
+        self.result = RayCampaignResult()
+
+    def accept(self, records: list, node: str) -> None:
+        for record in records:
+            record = _unpack(record, self.opts.out_dir)
+            record["node"] = node
+            self.writer.write(record)
+            self.result.records.append(record)
+            if record["status"] == Status.SKIPPED.value:
+                self.result.unavailable.setdefault(record["route"], record["message"])
+            if self.store is not None and record["status"] == Status.FAIL.value and self.store.add(record):
+                self.store.save()
+        self.result.cases += 1
+        self.progress.count(node)
+        self.progress.update(self.result)
+
+
+def run_ray_campaign(opts: CampaignOptions, address: str, shards: int | None = None) -> RayCampaignResult:
+    """Run the campaign on the Ray cluster at `address` ("local": start one here).
+    shards: default one per CPU slot of the cluster (pass it to reproduce a campaign on
+    another cluster)."""
+    ray = _import_ray()
+    if not ray.is_initialized():
+        try:
+            local = {"include_dashboard": False} if address == "local" else {}
+            ray.init(address=address, logging_level="WARNING", log_to_driver=False, **local)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RayUnavailable(f"--ray {address}: cannot join the cluster: {exc}") from None
+    slots = int(ray.cluster_resources().get("CPU", 0))
+    if slots < 1:
+        raise RayUnavailable(f"--ray {address}: the cluster has no CPU for actors")
+    plan = plan_shards(opts.seed, opts.max_examples, shards or slots)
+    return _with_outputs(opts, lambda driver: _dispatch(ray, opts, plan, slots, driver))
+
+
+def run_shards_here(opts: CampaignOptions, shards: int) -> RayCampaignResult:
+    """The same shards in this process, one after the other: the single-process reference."""
+    runner = ShardRunner(opts)
+
+    def run(driver):
+        for shard in plan_shards(opts.seed, opts.max_examples, shards):
+            position = 0
+            while (records := runner.step(shard, position)) is not None:
+                driver.accept(records, runner.node())
+                position += 1
+    try:
+        return _with_outputs(opts, run)
+    finally:
+        runner.close()
+
+
+def _with_outputs(opts: CampaignOptions, run) -> RayCampaignResult:
+    from torchsim_diff.buckets import BucketStore
+    from torchsim_diff.results import ResultsWriter
+    os.makedirs(opts.out_dir, exist_ok=True)
+    store = BucketStore(opts.bucket_store) if opts.bucket_store else None
+    progress = NodeProgress(opts.max_examples)
+    with ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
+        driver = Driver(opts, writer, store, progress)
+        try:
+            run(driver)
+        except KeyboardInterrupt:
+            driver.result.interrupted = True
+        progress.update(driver.result, force=True)
+    result = driver.result
+    if store is not None:
+        store.save()
+        result.new_buckets = set(store.new)
+    result.bundles = write_new_bundles(result.records, result.new_buckets if store else None, opts.out_dir)
+    return result
+
+
+def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver) -> None:
+    """Hand shards to idle actors a case at a time until every shard is done; a shard whose
+    actor is lost goes back to the front of the queue with its position kept."""
+    remote_runner = ray.remote(num_cpus=1, max_restarts=0)(ShardRunner)
+    queue = collections.deque(plan)
+    position = {shard.index: 0 for shard in plan}
+    actors = [remote_runner.remote(opts) for _ in range(min(slots, len(plan)))]
+    nodes = dict(zip(actors, ray.get([a.node.remote() for a in actors])))
+    inflight = {}
+
+    def give(actor):
+        if queue:
+            shard = queue.popleft()
+            inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
+
+    for actor in actors:
+        give(actor)
+    while inflight:
+        ready, _ = ray.wait(list(inflight), num_returns=1)
+        actor, shard = inflight.pop(ready[0])
+        try:
+            records = ray.get(ready[0])
+        except ray.exceptions.RayActorError as exc:
+            _lose(ray, actor, shard, position[shard.index], nodes.pop(actor), driver, exc)
+            queue.appendleft(shard)
+            actors.remove(actor)
+            if not actors:
+                raise RayUnavailable("every actor was lost; the campaign stops with what it has") from None
+            busy = {id(a) for a, _ in inflight.values()}
+            for idle in [a for a in actors if id(a) not in busy]:
+                give(idle)
+            continue
+        if records is None:
+            give(actor)
+            continue
+        driver.accept(records, nodes[actor])
+        position[shard.index] += 1
+        inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
+    ray.get([a.close.remote() for a in actors])
+
+
+def _lose(ray, actor, shard: Shard, done: int, node: str, driver: Driver, exc) -> None:
+    note = (f"shard {shard.index} rerun on another node from its case {done} "
+            f"(node {node} lost: {type(exc).__name__})")
+    driver.result.notes.append(note)
+    sys.stderr.write(note + "\n")
+    ray.kill(actor)
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(f"--ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    return ray
