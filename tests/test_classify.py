@@ -81,6 +81,10 @@ def test_refined_signature_is_route_kind_first_op_and_trigger():
     assert refined_signature("triton", "wrong_values", "add", ["strided", "offset"]) == \
         "triton|wrong_values|add|offset+strided"
     assert refined_signature("triton", "wrong_values", "add", []).endswith("|any")
+    assert refined_signature("triton", "wrong_values", "bmm", []) == refined_signature("triton", "wrong_values", "mm", [])
+    assert refined_signature("triton", "wrong_values", "index_add_", ["inout"]) == \
+        refined_signature("triton", "wrong_values", "add_", ["inout"])
+    assert refined_signature("triton", "wrong_values", "mul", []) != refined_signature("triton", "wrong_values", "add", [])
     verdict = _verdict(op="exp", where="output 0")
     verdict.refined = refined_signature("triton", "wrong_values", "sin", ["strided"])
     assert verdict.signature == verdict.refined and verdict.bucket == bucket_of(verdict.refined)

@@ -83,9 +83,24 @@ def reduction_key(verdict) -> str | None:
     return verdict.signature
 
 
+# Families whose ops are variants of one kernel (mm/bmm/matmul/addmm; the in-place writes): a
+# bug in that kernel shows through whichever variant the minimal case kept, so the family names it.
+KERNEL_FAMILIES = ("matmul", "inplace")
+
+
+def op_key(op: str | None) -> str:
+    """The first divergent op as the bucket names it (its family for KERNEL_FAMILIES)."""
+    from torchsim_diff.ops import UnknownOp, get_op
+    try:
+        family = get_op(op).family if op else None
+    except UnknownOp:
+        family = None
+    return f"{family}:*" if family in KERNEL_FAMILIES else (op or "?")
+
+
 def refined_signature(route: str, kind: Kind | str, first_op: str | None, trigger) -> str:
     """route|kind|first divergent op|trigger features ('any' when no single feature is needed)."""
-    return f"{route}|{Kind(kind).value}|{first_op or '?'}|{'+'.join(sorted(trigger)) or 'any'}"
+    return f"{route}|{Kind(kind).value}|{op_key(first_op)}|{'+'.join(sorted(trigger)) or 'any'}"
 
 
 def intermediates_as_outputs(case):
