@@ -127,7 +127,8 @@ def _symptom(record: dict, case: Case) -> str:
         return "returns a wrong index"
     if kind in ("compile_error", "runtime_error"):
         first = (record.get("message") or "").splitlines()[0] if record.get("message") else ""
-        return f"{SYMPTOMS[kind]}: {first[:90]}" if first else SYMPTOMS[kind]
+        short = first if len(first) <= 90 else first[:90].rsplit(" ", 1)[0] + " ..."
+        return f"{SYMPTOMS[kind]}: {short}" if first else SYMPTOMS[kind]
     return SYMPTOMS.get(kind, kind.replace("_", " "))
 
 
@@ -491,8 +492,9 @@ def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
         parts += [f"`{SHIMS_FILE}` (next to the script) holds the shims that let Inductor's Triton kernels run "
                   f"on CPU tensors under `TRITON_INTERPRET=1`; this bug needs: "
                   f"{', '.join(s.strip('_') for s in record['shims'])}.", ""]
-    parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails when "
-              "it is further from float64 than eager's own error allows, by a margin.", ""]
+    if record["route"] not in IMPORT_ONLY:
+        parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails "
+                  "when it is further from float64 than eager's own error allows, by a margin.", ""]
     parts += [versions, "", "```", versions_text(record["route"], project).rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
