@@ -438,16 +438,19 @@ class CoverageSchedule:
     """Coverage-guided op choice, in place of `sampled_from` (whose pull towards the first
     op made relu a fifth of all nodes and left a dozen ops undrawn).
 
-    Node k of a case is keyed by its ticket: the case seed and the node tickets drawn so
-    far. A key seen for the first time gets the op drawn least so far in this strategy's
-    life (ties broken by the key), or, for one key in RANDOM_SHARE, any op, so that ops
-    still meet at random. Hypothesis repeats small and recent choices often; chaining the
-    tickets keeps most keys new, so rare ops catch up within a campaign.
+    A node is keyed by everything its case drew before it (seed, earlier nodes' operands
+    and attributes) plus a ticket of its own. A key seen for the first time gets the op
+    drawn least so far in this strategy's life (ties broken by the key), or, for one key
+    in RANDOM_SHARE, any op, so that ops still meet at random. Counts grow once per
+    distinct case. Hypothesis repeats small and recent choices often (a bare ticket
+    repeated for 60% of nodes); whole prefixes repeat far less, so rare ops catch up.
 
     A key keeps its op, so replaying a drawn case (Hypothesis's final replay of a failure,
-    a shrink step that drops trailing nodes or shrinks shapes) builds the same graph; a
-    shrink step that changes a ticket tries other ops from that node on. Keys live as
-    long as the strategy: a case is reproduced from its JSON, not from the database.
+    a shrink step that drops trailing nodes) builds the same graph; a shrink step that
+    changes an earlier draw re-keys the nodes after it, so multi-node shrinking is coarser
+    than with fixed op choices (`torchsim-diff reduce` works on the case JSON instead).
+    Keys live as long as the strategy: a case is reproduced from its JSON, not from the
+    example database.
     """
 
     RANDOM_SHARE = 0.05
