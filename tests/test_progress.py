@@ -46,3 +46,8 @@ def test_tty_display_redraws_its_block_in_place():
     display.show(["a", "b"], force=True)
     display.show(["a2", "b2"], force=True)
     assert stream.getvalue() == "\na\nb\n\x1b[2F\x1b[Ja2\nb2\n"
+
+
+def test_board_says_so_before_the_first_case_finishes():
+    assert Board(start=0.0, end=600.0).lines(now=75.0) == ["no case finished yet (1m15s since the start), 8m45s left"]
+    assert Board(start=0.0).lines(now=75.0) == []          # no budget, no fuzzing yet: nothing to say

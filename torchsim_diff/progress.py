@@ -59,6 +59,8 @@ class Board:
         now = time.time() if now is None else now
         elapsed = max(now - self.start, 1e-9)
         left = f", {_clock(max(0.0, self.end - now))} left" if self.end else ""
+        if not self.routes:            # under a budget, a sign of life while route workers start
+            return [f"no case finished yet ({_clock(elapsed)} since the start){left}"] if self.end else []
         width = max((len(r) for r in self.routes), default=0)
         out = []
         for route, c in sorted(self.routes.items()):
