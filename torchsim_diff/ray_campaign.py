@@ -18,6 +18,7 @@ Ray is an optional extra: ``pip install 'torchsim-diff[ray]'``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -72,8 +73,8 @@ def plan_shards(campaign_seed: int, max_examples: int, shards: int) -> list:
 
 
 def draw_cases(opts: CampaignOptions, seed_value: int, count: int) -> list:
-    """The first `count` distinct cases Hypothesis draws with `seed_value`: the same cases, in
-    the same order, as `run_campaign` with that seed and max_examples=count."""
+    """The first `count` distinct cases Hypothesis draws with `seed_value`, whatever this
+    process has imported (see _no_local_constants)."""
     strategy = cases(dtype=opts.dtype, max_nodes=opts.max_nodes, families=opts.families, ops=opts.ops,
                      special_values=opts.special_values)
     drawn, seen = [], set()
@@ -90,11 +91,32 @@ def draw_cases(opts: CampaignOptions, seed_value: int, count: int) -> list:
         if len(drawn) >= count:
             raise _CampaignDone
 
-    try:
-        draw()
-    except _CampaignDone:
-        pass
+    with _no_local_constants():
+        try:
+            draw()
+        except _CampaignDone:
+            pass
     return drawn
+
+
+@contextlib.contextmanager
+def _no_local_constants():
+    """Hypothesis mixes literals mined from every local module imported so far into its draws,
+    so one seed gave other cases in an actor than in the driver, or after a shard had imported
+    more of torchsim-diff. Shards draw without them (Hypothesis's own constants stay)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        original, empty = providers._get_local_constants, providers.Constants()
+    except (ImportError, AttributeError):      # another Hypothesis: draws as it does
+        yield
+        return
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        providers.CONSTANTS_CACHE.cache.clear()
 
 
 class ShardRunner:
