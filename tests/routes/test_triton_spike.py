@@ -110,7 +110,7 @@ def test_grid_probe_sees_every_program_with_the_grid_size(route, tmp_path):
 def test_inductor_pointwise_kernel_replays_bit_exact_in_the_interpreter(route):
     run = CaseRun(route, POINTWISE, make_case(tensor_spec("x0", [40, 30], strides=[1, 45], offset=5, storage=1400)))
     assert run.matches_eager()
-    report = replay_artifact(run.artifact_dir, executor="interpreter")
+    report = replay_artifact(run.artifact_dir, executor="interpreter", in_child=True)  # as check.py does
     assert report.ok and all(launch.exact for launch in report.launches), report.summary()
     assert run.ctx.metrics["cost"] == sum(run.ctx.metrics["instret_per_launch"]) > 0
     for name in ("kernel.ttir", "kernel.fixed.ttir", "kernel.adapter.mlir", "kernel.linalg.mlir", "kernel.ll"):
@@ -128,7 +128,7 @@ def test_reduction_matches_eager_and_is_not_held_to_bit_exactness(route):
     source = "import torch\ndef program(x0, x1):\n    return (torch.relu(x0.t() + x1).sum(1),)\n"
     run = CaseRun(route, source, make_case(tensor_spec("x0", [64, 32]), tensor_spec("x1", [32, 64])))
     assert run.matches_eager()
-    report = replay_artifact(run.artifact_dir, executor="interpreter")
+    report = replay_artifact(run.artifact_dir, executor="interpreter", in_child=True)  # as check.py does
     assert report.ok and not any(launch.exact for launch in report.launches)
 
 
@@ -156,8 +156,9 @@ def test_launcher_double_is_caught_and_localised_to_its_kernel(route, double):
     source, inputs = DOUBLE_CASES[double]
     run = CaseRun(broken, source, make_case(*inputs))
     assert not run.matches_eager(), f"{double} went unnoticed"
-    found = first_divergent_kernel(run.artifact_dir)
+    found = first_divergent_kernel(run.artifact_dir, in_child=True)   # as check.py does
     assert found is not None and found["kernel_name"].startswith("triton_"), found
+    assert found["error"] is None and found["buffers"], found   # diverged, not failed to replay
     assert CaseRun(route, source, make_case(*inputs)).matches_eager()   # the right launcher passes it
 
 
