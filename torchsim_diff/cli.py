@@ -12,6 +12,7 @@ import sys
 import time
 
 from torchsim_diff import options as opt
+from torchsim_diff.budget import budget_seconds
 from torchsim_diff.results import StorageError
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
@@ -98,7 +99,7 @@ def cmd_fuzz(args) -> int:
                            special_values=args.special_values, timeout_s=args.timeout,
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
-                           reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget)
+                           reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget)
     try:
         result = _run_fuzz(opts, args)
     except InvalidArgument as exc:
@@ -343,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--routes", type=opt.route_list, default="inductor",
                    help="comma-separated routes (default: inductor)")
     p.add_argument("--max-examples", type=opt.positive_int, default=100, help="cases to generate (default: 100)")
+    p.add_argument("--budget", type=budget_seconds, default=None, metavar="DURATION",
+                   help="stop drawing cases after this long, e.g. 600, 90s, 10m (default: none)")
     p.add_argument("--seed", type=int, default=0, help="Hypothesis seed: same seed, same cases (default: 0)")
     p.add_argument("--out", type=opt.out_folder, help="run folder (default: reports/run-<time>)")
     p.add_argument("--dtype", type=opt.fuzz_dtype, default="float32",
