@@ -17,4 +17,4 @@ while (($#)); do
 done
 bash scripts/setup.sh
 exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --hypothesis-profile=torchsim-default fuzz \
-    --routes inductor,triton,mlir,spike,triton-cuda --fuzz-budget "$budget" ${args[@]+"${args[@]}"}
+    --routes inductor,triton,mlir,spike,triton-spike,triton-cuda --fuzz-budget "$budget" ${args[@]+"${args[@]}"}

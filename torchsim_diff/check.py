@@ -134,7 +134,7 @@ class Checker:
                  tag: str = "0", repeat: int = 1):
         """repeat: run each case this many times on identical inputs; a bitwise difference
         between runs is `nondeterministic` (1 = no check)."""
-        self.out_dir = out_dir
+        self.out_dir = os.path.abspath(out_dir)   # workers run in their own folders
         self.repeat = repeat
         self.timeout_s = timeout_s
         self.route_options = dict(route_options or {})
