@@ -8,7 +8,7 @@ from torchsim_diff.routes import compile_options, route_class
 
 
 def test_defaults_and_parsed_values():
-    assert compile_options.settings({}) == {"dynamic": False, "mode": "default", "emulate_precision_casts": False}
+    assert compile_options.settings({}) == {"dynamic": False, "mode": "default", "emulate_precision_casts": True}
     chosen = compile_options.settings({"dynamic": "true", "mode": "max-autotune-no-cudagraphs", "launcher": "x"})
     assert chosen["dynamic"] is True and chosen["mode"] == "max-autotune-no-cudagraphs" and "launcher" not in chosen
 
@@ -36,3 +36,17 @@ def test_dynamic_shapes_compile_and_agree_with_eager():
     for n in (5, 9):
         x = torch.randn(n)
         torch.testing.assert_close(fn(x), torch.relu(x) * 2)
+
+
+def _round_trip_sum(x):
+    import torch
+    return (x.to(torch.float16).to(x.dtype) * 3).sum()
+
+
+@pytest.mark.parametrize("options,matches", [({}, True), ({"emulate_precision_casts": "false"}, False)])
+def test_default_keeps_eagers_rounding_of_an_explicit_round_trip(options, matches):
+    import torch
+    torch._dynamo.reset()                       # the other parameter compiled the same code object
+    x = torch.linspace(-3, 3, 37) + 1e-3        # values fp16 cannot hold exactly
+    got = compile_options.compile_program(_round_trip_sum, options)(x)
+    assert torch.equal(got, _round_trip_sum(x)) == matches

@@ -3,10 +3,12 @@ route options:
 
     --route-option inductor.dynamic=true          symbolic shapes (torch.compile dynamic=True)
     --route-option triton.mode=max-autotune-no-cudagraphs
-    --route-option inductor.emulate_precision_casts=false
+    --route-option inductor.emulate_precision_casts=false   (torch's own default)
 
 `emulate_precision_casts` (Inductor config) rounds fp16/bf16 intermediates the way eager
-does; it is off by default, as in torch (README, "Low precision", says why). Every setting is recorded
+does. It is on by default here, unlike torch: without it Inductor drops an explicit
+`x.to(float16).to(float32)` round trip (measured: 1.7e-3 off eager on a sum of 37 values, 0 with
+it), which is a documented Inductor choice, not a bug, and would flood campaigns with findings. Every setting is recorded
 in the route's versions, so a record says what compiled it.
 
 Worker-side module: standard library only at import time.
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, True: True, False: False, 1: True, 0: False}
 MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
-DEFAULTS = {"dynamic": False, "mode": "default", "emulate_precision_casts": False}
+DEFAULTS = {"dynamic": False, "mode": "default", "emulate_precision_casts": True}
 
 
 def _boolean(key):
