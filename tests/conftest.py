@@ -1,6 +1,11 @@
 import os
 
-import pytest
+# Tests that run Triton's interpreter in this process need TRITON_INTERPRET=1 before anything
+# imports Inductor's triton_helpers (it picks its libdevice at import time); routes that need it
+# unset (triton-cuda, triton-spike's TTIR compiler) run in child processes with their own env.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 from tests.route_doubles import DOUBLES
 from torchsim_diff.graph import Case
