@@ -24,6 +24,7 @@ import collections
 import json
 import os
 import re
+import shutil
 import statistics
 import sys
 import time
@@ -112,7 +113,10 @@ def judge_both(checker: Checker, case, route: str):
     ref = checker.reference(case, source)
     folder = os.path.join(checker.out_dir, "artifacts", route, case.case_id)
     reply = checker.worker(route).run(case.to_dict(), source, folder, 1)
-    return Checker._verdict(case, route, ref, reply), Checker._verdict(case, route, oracle.without_carried(ref), reply)
+    new = Checker._verdict(case, route, ref, reply)
+    if not new.failed:
+        shutil.rmtree(folder, ignore_errors=True)      # keep artifacts of failing cases only, as Checker does
+    return new, Checker._verdict(case, route, oracle.without_carried(ref), reply)
 
 
 class Run:
