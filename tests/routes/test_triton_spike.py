@@ -132,6 +132,18 @@ def test_reduction_matches_eager_and_is_not_held_to_bit_exactness(route):
     assert report.ok and not any(launch.exact for launch in report.launches)
 
 
+def test_float_predicates_run_on_spike_and_match_eager(route):
+    # libdevice isnan/isinf/signbit become exact arith/math ops (fixups); log of a negative is NaN,
+    # a division by a signed zero is a signed infinity
+    source = ("import torch\ndef program(x0, x1):\n    y = torch.log(x0)\n    z = x1 / (x0 * (x0 > 0).float())\n"
+              "    return (torch.isnan(y).float() + 2 * torch.isinf(z).float() + 4 * torch.signbit(z).float(),)\n")
+    run = CaseRun(route, source, make_case(tensor_spec("x0", [8, 16]), tensor_spec("x1", [8, 16])))
+    flags = run.eager_outputs[0].long()
+    assert all(((flags & bit) != 0).any() and ((flags & bit) == 0).any() for bit in (1, 2, 4))
+    assert run.matches_eager()
+    assert run.ctx.metrics["cost"] > 0
+
+
 def test_elf_is_built_once_per_kernel_specialisation(route):
     run = CaseRun(route, POINTWISE, make_case(tensor_spec("x0", [24, 16])))
     assert "t_clang" in run.ctx.metrics            # the compiling run built the ELF ...

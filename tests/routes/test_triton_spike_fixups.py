@@ -115,3 +115,20 @@ def test_triton_ops_left_in_the_adapters_output_fail_at_the_adapter_stage():
 def test_a_crashed_tool_is_named_by_its_signal():
     from torchsim_diff.routes.triton_spike.toolchain import _status
     assert _status(-6) == "killed by SIGABRT" and _status(1) == "failed (status 1)"
+
+
+@pytest.mark.parametrize("symbol,ops", [
+    ("__nv_isnanf", ["arith.cmpf uno, %t, %t : tensor<64xf32>"]),
+    ("__nv_isinff", ["math.absf %t", "arith.constant dense<0x7F800000> : tensor<64xi32>", "arith.cmpf oeq"]),
+    ("__nv_signbitf", ["arith.bitcast %t : tensor<64xf32> to tensor<64xi32>", "arith.cmpi slt"])])
+def test_float_predicates_become_exact_ops_widened_to_the_calls_int_result(symbol, ops):
+    text = EXTERN_EXP.replace("__nv_expf", symbol).replace("-> tensor<64xf32>", "-> tensor<64xi32>")
+    fixed = fixups.apply(fixups.TTIR_FIXUPS, text)
+    assert "extern_elementwise" not in fixed and all(op in fixed for op in ops)
+    assert fixed.splitlines()[-1] == "    %e = arith.extui %tsd.e.p : tensor<64xi1> to tensor<64xi32>"
+
+
+def test_double_float_predicate_uses_the_double_infinity():
+    text = ('%r = tt.extern_elementwise %x {libname = "", libpath = "", pure = true, symbol = "__nv_isinfd"} '
+            ': (f64) -> i32\n')
+    assert "arith.constant 0x7FF0000000000000 : i64" in fixups.apply(fixups.TTIR_FIXUPS, text)
