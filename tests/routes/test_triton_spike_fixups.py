@@ -132,3 +132,12 @@ def test_double_float_predicate_uses_the_double_infinity():
     text = ('%r = tt.extern_elementwise %x {libname = "", libpath = "", pure = true, symbol = "__nv_isinfd"} '
             ': (f64) -> i32\n')
     assert "arith.constant 0x7FF0000000000000 : i64" in fixups.apply(fixups.TTIR_FIXUPS, text)
+
+
+def test_a_scan_lowered_to_an_npu_library_call_is_unsupported_at_the_adapter_stage():
+    from torchsim_diff.routes.triton_spike.toolchain import check_adapter_output
+    text = ("module {\n  func.func private @triton_cumprod_0(tensor<1x256xf32>, i32, i1) -> tensor<1x256xf32>\n"
+            "  func.func @k(%arg0: memref<?xi8>) {\n")
+    with pytest.raises(Unsupported, match="lowers cumprod to a call of @triton_cumprod_0") as raised:
+        check_adapter_output(text)
+    assert raised.value.stage == "adapter"

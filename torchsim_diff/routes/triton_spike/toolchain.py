@@ -158,12 +158,19 @@ def _normalised(line: str) -> str:
     return _MATERIALIZATION.sub("materialization from <type> to <type>", line)
 
 
+# tl.cumsum / tl.cumprod (scans) become calls of a body-less `@triton_cumsum_0(tensor<..>, axis, reverse)`
+_LIBRARY_CALL = re.compile(r"^\s*func\.func private @(triton_(\w+?)_\d+)\(tensor<", re.M)
 _LEFTOVER_TRITON_OP = re.compile(r'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?(tt\.\w+)', re.M)
 
 
 def check_adapter_output(text: str) -> None:
     """The adapter sometimes leaves a Triton op it cannot convert in its output and exits 0;
-    mlir-opt would then fail on an 'unregistered dialect'. Named here, at the adapter's stage."""
+    mlir-opt would then fail on an 'unregistered dialect'. Named here, at the adapter's stage.
+    A scan becomes a call of an NPU library function: unsupported, also at the adapter's stage."""
+    library = _LIBRARY_CALL.search(text)
+    if library:
+        raise Unsupported(f"the adapter lowers {library.group(2)} to a call of @{library.group(1)}, a function of "
+                          f"the NPU's runtime library with no body for the CPU chain", stage="adapter")
     leftover = sorted(set(_LEFTOVER_TRITON_OP.findall(text)) - {"tt.reduce.return"})
     if leftover:
         raise RouteFailure(Kind.COMPILE_ERROR, "adapter", f"adapter: left Triton op(s) {', '.join(leftover)} "
