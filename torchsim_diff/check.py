@@ -3,8 +3,8 @@
     >>> with Checker(out_dir="reports/run") as checker:
     ...     verdict = checker.check(case, "inductor")
 
-The eager reference is computed once per case in this process; the route runs in its
-worker subprocess. The verdict carries the status, failure kind, bucket, error figures,
+The eager reference is computed once per case in this process, while the route compiles
+and runs the case in its worker subprocess. The verdict carries the status, failure kind, bucket, error figures,
 timings and the artifacts kept for failures (passing cases leave nothing behind).
 """
 from __future__ import annotations
@@ -178,11 +178,15 @@ class Checker:
     def _check(self, case: Case, route: str, timeout_s: float | None = None) -> Verdict:
         source = case.program_source()
         artifact_dir = os.path.join(self.out_dir, "artifacts", route, case.case_id)
+        worker = self.worker(route)
+        pending = worker.submit(case.to_dict(), source, artifact_dir, self.repeat, timeout_s)
         try:
-            ref = self.reference(case, source)
+            ref = self.reference(case, source)     # while the route compiles
         except Exception as exc:  # noqa: BLE001 - eager rejecting a case is a generator bug, our slip a tool_error
+            worker.collect(pending)                 # keeps the worker in step; its verdict is moot
+            shutil.rmtree(artifact_dir, ignore_errors=True)
             return _reference_failure(case, route, exc, artifact_dir)
-        reply = self.worker(route).run(case.to_dict(), source, artifact_dir, self.repeat, timeout_s)
+        reply = worker.collect(pending)
         try:
             verdict = self._verdict(case, route, ref, reply)
         except Exception as exc:  # noqa: BLE001 - judging is our own code: whatever it raises is a tool_error

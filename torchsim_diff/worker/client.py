@@ -10,6 +10,7 @@ with one line on stderr and its remaining cases are skipped; the crashes stay fi
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import selectors
@@ -36,6 +37,22 @@ class WorkerGone(Exception):
     def __init__(self, kind: Kind, message: str):
         super().__init__(message)
         self.kind, self.message = kind, message
+
+
+@dataclasses.dataclass
+class Pending:
+    """A case sent to a worker and not yet answered; `outcome` is set when there is nothing
+    to wait for (the route was refused, abandoned or the send failed). counted: whether the
+    outcome counts towards the crash cap."""
+
+    outcome: Outcome | None = None
+    counted: bool = True
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    log_mark: int = 0
+    deadline: float = dataclasses.field(default=0.0)
+
+    def __post_init__(self):
+        self.deadline = time.monotonic() + self.timeout_s
 
 
 class RouteWorker:
@@ -118,23 +135,44 @@ class RouteWorker:
             timeout_s: float | None = None) -> Outcome:
         """Run one case; always returns an Outcome, never raises for the worker's sake.
         timeout_s: this call's limit (default: the worker's timeout_s)."""
+        return self.collect(self.submit(case, program, artifact_dir, repeat, timeout_s))
+
+    def submit(self, case: dict, program: str, artifact_dir: str, repeat: int = 1,
+               timeout_s: float | None = None) -> "Pending":
+        """Send one case and return at once, so the caller can work (the float64 reference)
+        while the route compiles; `collect` gives its Outcome. One case in flight at a time."""
         if self.abandoned:
-            return Outcome.failed(Kind.CRASH, "start", self.abandoned, abandoned=True)
+            return Pending(Outcome.failed(Kind.CRASH, "start", self.abandoned, abandoned=True), counted=False)
         if not self.alive():
             if self.proc is not None:
                 self.restarts += 1
             self.hello()
         if self.start_failed:
-            return self._crashed(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]))
+            return Pending(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]))
         if not self._hello.get("available"):
-            return Outcome.failed(Kind.UNSUPPORTED, "setup", f"route unavailable: {self._hello.get('reason')}")
+            reason = f"route unavailable: {self._hello.get('reason')}"
+            return Pending(Outcome.failed(Kind.UNSUPPORTED, "setup", reason), counted=False)
         message = {"request": Request.RUN.value, "case": case, "program": program, "artifact_dir": artifact_dir,
                    "repeat": repeat}
+        pending = Pending(timeout_s=timeout_s or self.timeout_s, log_mark=self._log_size())
         try:
-            outcome = Outcome.from_wire(self._request(message, timeout_s or self.timeout_s))
-        except WorkerGone as gone:
+            protocol.send(self.proc.stdin, message)
+        except (BrokenPipeError, OSError):
+            pending.outcome = Outcome.failed(Kind.CRASH, "run", self._death_message(pending.log_mark))
             self._kill()
-            outcome = Outcome.failed(gone.kind, "run", gone.message)
+        return pending
+
+    def collect(self, pending: "Pending") -> Outcome:
+        """The Outcome of the case `submit` sent (waits for the worker within its limit)."""
+        outcome = pending.outcome
+        if outcome is None:
+            try:
+                outcome = Outcome.from_wire(self._receive(pending.timeout_s, pending.log_mark, pending.deadline))
+            except WorkerGone as gone:
+                self._kill()
+                outcome = Outcome.failed(gone.kind, "run", gone.message)
+        if not pending.counted:
+            return outcome
         return self._crashed(outcome) if outcome.kind == Kind.CRASH.value else self._survived(outcome)
 
     def _survived(self, outcome: Outcome) -> Outcome:
@@ -160,8 +198,8 @@ class RouteWorker:
             raise WorkerGone(Kind.CRASH, self._death_message(log_mark)) from None
         return self._receive(timeout_s, log_mark)
 
-    def _receive(self, timeout_s: float, log_mark: int) -> dict:
-        deadline = time.monotonic() + timeout_s
+    def _receive(self, timeout_s: float, log_mark: int, deadline: float | None = None) -> dict:
+        deadline = deadline or time.monotonic() + timeout_s
         header = self._read(protocol.HEADER.size, deadline, log_mark, timeout_s)
         blob = self._read(protocol.body_length(header), deadline, log_mark, timeout_s)
         return protocol.decode(blob)
