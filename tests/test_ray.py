@@ -80,3 +80,10 @@ def test_a_node_killed_mid_run_loses_nothing(cluster, options, single_process, t
     assert any("rerun on another node" in note for note in result.notes)
     assert result.cases == CASES
     assert _verdicts(result.records) == _verdicts(single_process.records)
+
+
+def test_budget_stops_the_cluster_and_says_so(cluster, options, tmp_path):
+    short = dataclasses.replace(options, out_dir=str(tmp_path), budget_s=3.0)
+    result = run_ray_campaign(short, cluster[0].address, SHARDS)
+    assert 0 < result.cases < CASES
+    assert any("--budget" in note for note in result.notes)

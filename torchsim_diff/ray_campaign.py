@@ -125,12 +125,23 @@ class ShardRunner:
 
     def __init__(self, opts: CampaignOptions):
         from torchsim_diff.check import Checker
+        from torchsim_diff.opfigures import OpFigures
         self.opts = opts
         self.scratch = tempfile.mkdtemp(prefix="torchsim-diff-shard-")
         self.checker = Checker(out_dir=self.scratch, timeout_s=opts.timeout_s, route_options=opts.route_options,
                                repeat=opts.repeat)
         self.available = {r: self.checker.availability(r) for r in opts.routes}
+        self.refiner = self._refiner()
+        self.op_figures = OpFigures()
         self._shard, self._cases = None, []
+
+    def _refiner(self):
+        """Failures are reduced here, next to their warm route worker, before their record leaves."""
+        if not self.opts.reduce:
+            return None
+        from torchsim_diff.reduce import Refiner
+        return Refiner(self.checker, budget_s=self.opts.reduce_budget_s,
+                       cache_path=os.path.join(self.scratch, "reductions.json"))
 
     def node(self) -> str:
         """host/node-id of where this runner lives (several nodes may share a host)."""
@@ -151,7 +162,9 @@ class ShardRunner:
         from torchsim_diff.check import Verdict
         ok, reason, _versions = self.available[route]
         verdict = self.checker.check(case, route) if ok else Verdict(case, route, Status.SKIPPED, message=reason)
-        record = verdict.record()
+        refined = self.refiner.refine(verdict) if self.refiner else {}
+        record = {**verdict.record(), **refined}      # refine first: it may change the bucket
+        record["op_errors"] = self.op_figures.for_verdict(self.checker, verdict)
         if record.get("artifacts"):
             record["artifacts_tar"] = _pack(record["artifacts"])
         return record
@@ -250,11 +263,13 @@ def run_shards_here(opts: CampaignOptions, shards: int) -> RayCampaignResult:
     runner = ShardRunner(opts)
 
     def run(driver):
+        budget = _budget(opts)
         for shard in plan_shards(opts.seed, opts.max_examples, shards):
             position = 0
-            while (records := runner.step(shard, position)) is not None:
+            while not _spent(budget) and (records := runner.step(shard, position)) is not None:
                 driver.accept(records, runner.node())
                 position += 1
+        _note_budget(driver, budget)
     try:
         return _with_outputs(opts, run)
     finally:
@@ -297,6 +312,7 @@ def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver
             shard = queue.popleft()
             inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
 
+    budget = _budget(opts)
     for actor in actors:
         give(actor)
     while inflight:
@@ -319,8 +335,28 @@ def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver
             continue
         driver.accept(records, nodes[actor])
         position[shard.index] += 1
+        if _spent(budget):
+            queue.clear()        # the cases in flight on other actors still finish and are kept
+            continue
         inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
+    _note_budget(driver, budget)
     ray.get([a.close.remote() for a in actors])
+
+
+def _budget(opts: CampaignOptions):
+    from torchsim_diff.budget import Budget
+    return Budget(opts.budget_s) if opts.budget_s else None
+
+
+def _spent(budget) -> bool:
+    """No new case starts once --budget is spent (as in a campaign in one process)."""
+    return budget is not None and budget.left() <= 0
+
+
+def _note_budget(driver: Driver, budget) -> None:
+    if _spent(budget) and driver.result.cases < driver.opts.max_examples:
+        driver.result.notes.append(f"--budget {budget.total_s:g}s spent after {driver.result.cases} of "
+                                   f"{driver.opts.max_examples} cases; the rest of the shards were not drawn")
 
 
 def _lose(ray, actor, shard: Shard, done: int, node: str, driver: Driver, exc) -> None:
