@@ -1,0 +1,61 @@
+"""Batching (torchsim_diff.batch): cases compiled together keep the verdicts they get alone."""
+import pytest
+
+from torchsim_diff.batch import check_batch, combine
+from torchsim_diff.campaign import CampaignOptions
+from torchsim_diff.check import Checker
+from torchsim_diff.layout import materialize_all, storage_of
+from torchsim_diff.ray_campaign import draw_cases
+from tests.conftest import make_case
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return draw_cases(CampaignOptions(routes=["eager"], out_dir=".", max_nodes=3), 3, 6)
+
+
+def _verdicts(verdicts):
+    return [(v.case.case_id, v.status, v.kind, v.bucket) for v in verdicts]
+
+
+def test_combined_inputs_hold_each_case_s_own_bits(cases):
+    combined = combine(cases)
+    assert len(combined.outputs) == sum(len(c.outputs) for c in cases)
+    together = iter(materialize_all(combined.to_dict()))
+    for case in cases:
+        for alone in materialize_all(case.to_dict()):
+            joint = next(together)
+            assert joint.shape == alone.shape and joint.stride() == alone.stride()
+            assert storage_of(joint).view(-1).numpy().tobytes() == storage_of(alone).view(-1).numpy().tobytes()
+
+
+@pytest.mark.slow
+def test_passes_come_from_the_batch_with_the_solo_verdicts(cases, tmp_path):
+    with Checker(out_dir=str(tmp_path)) as checker:
+        solo = [checker.check(c, "eager") for c in cases]
+        batched = check_batch(checker, cases, "eager")
+    assert _verdicts(batched) == _verdicts(solo)
+    assert all(v.metrics.get("batch") == len(cases) for v in batched)
+
+
+@pytest.mark.slow
+def test_a_case_failing_in_its_batch_gets_its_solo_verdict(cases, tmp_path, double_routes):
+    # this double corrupts output 0 of whatever program it compiles: in a batch, the first case's
+    with Checker(out_dir=str(tmp_path)) as checker:
+        solo = checker.check(cases[0], "double-wrong-element")
+        batched = check_batch(checker, cases, "double-wrong-element")
+    assert solo.failed and "batch" not in batched[0].metrics
+    assert _verdicts(batched[:1]) == _verdicts([solo])
+
+
+@pytest.mark.slow
+def test_a_batch_that_does_not_compile_is_rerun_case_by_case(cases, tmp_path, double_routes):
+    with_exp = make_case(nodes=[{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}],
+                         inputs=[("x0", [2, 3], [3, 1], 0, 6, {})], outputs=["v0"])
+    batch = list(cases[:3]) + [with_exp]
+    with Checker(out_dir=str(tmp_path)) as checker:
+        solo = [checker.check(c, "double-wrong-unless-exp") for c in batch]
+        batched = check_batch(checker, batch, "double-wrong-unless-exp")
+    assert solo[-1].kind.value == "compile_error"
+    assert _verdicts(batched) == _verdicts(solo)
+    assert not any("batch" in v.metrics for v in batched)
