@@ -72,6 +72,9 @@ def test_reduction_key_keeps_route_kind_and_place_but_not_the_op():
     from torchsim_diff.classify import reduction_key
     assert reduction_key(_verdict(op="exp", where="output 0")) == reduction_key(_verdict(op="sin", where="output 2"))
     assert reduction_key(_verdict(where="output 0")) != reduction_key(_verdict(where="input x1"))
+    # a NaN where the truth is finite may reduce to the wrong value behind it
+    assert reduction_key(_verdict(kind="nonfinite_mismatch")) == reduction_key(_verdict(kind="wrong_values"))
+    assert reduction_key(_verdict(kind="shape_mismatch")) != reduction_key(_verdict(kind="wrong_values"))
     assert reduction_key(_verdict(kind="compile_error", message="LoweringException: exp")) != \
         reduction_key(_verdict(kind="compile_error", message="LoweringException: log"))
 

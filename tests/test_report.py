@@ -43,6 +43,20 @@ def test_bucket_table_counts_and_keeps_the_smallest_case():
     assert (row["bucket"], row["count"], row["smallest (nodes)"]) == ("b1", 2, 2)
 
 
+def _refined(bucket, op, trigger, case_id, kind="wrong_values"):
+    return {**_record("triton", "fail", [op], kind=kind, bucket=bucket, case_id=case_id),
+            "first_op": op, "trigger": trigger}
+
+
+def test_bucket_table_puts_distinct_bugs_first():
+    # two near-duplicate strided buckets are the most frequent; the unrelated bug ranks second
+    records = [_refined("s1", "add", ["strided"], "a"), _refined("s1", "add", ["strided"], "b"),
+               _refined("s1", "add", ["strided"], "c"), _refined("s2", "sub", ["strided"], "d"),
+               _refined("s2", "sub", ["strided"], "e"), _refined("n1", "minimum", [], "f", "nonfinite_mismatch")]
+    assert [row["bucket"] for row in report.bucket_rows(records)] == ["s1", "n1", "s2"]
+    assert [row["bucket"] for row in report.new_bucket_rows(records, {"s1", "s2", "n1"})] == ["s1", "n1", "s2"]
+
+
 def test_coverage_counts_op_by_layout_class():
     rows = {r["op"]: r for r in report.coverage_rows(RECORDS)}
     assert rows["relu"]["transposed"] == 1 and rows["relu"]["contiguous"] == 1 and rows["mm"]["inout"] == 0

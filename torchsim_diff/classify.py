@@ -72,6 +72,11 @@ def finding_type(kind: Kind | str, bucket: str) -> type:
 # or dtype features without which the failure vanishes. The reducer keeps only route, kind
 # and place (reduction_key), so one root cause seen through many output ops reduces to one
 # minimal case, and the trigger keeps two bugs on one op apart.
+# A wrong value and a NaN where the truth is finite are one symptom for the reducer: an op
+# such as log or sqrt only turns a wrong input into a NaN, and keeping the kind would keep it.
+REDUCTION_KIND = {Kind.NONFINITE_MISMATCH: Kind.WRONG_VALUES}
+
+
 def reduction_key(verdict) -> str | None:
     """What the reducer keeps while shrinking a failing verdict's case."""
     if not verdict.failed:
@@ -79,7 +84,7 @@ def reduction_key(verdict) -> str | None:
     kind = Kind(verdict.kind)
     if kind in VALUE_KINDS:
         place = "output" if (verdict.where or "").startswith("output") else "input"
-        return f"{verdict.route}|{kind.value}|{place}"
+        return f"{verdict.route}|{REDUCTION_KIND.get(kind, kind).value}|{place}"
     return verdict.signature
 
 
@@ -138,6 +143,25 @@ def rank_buckets(signatures: dict) -> list:
         ranked.append(best)
         todo.remove(best)
     return ranked
+
+
+def record_signature(record: dict) -> str:
+    """A results record's signature parts for rank_buckets: route, kind, first divergent op
+    (else the failing op) and trigger for value failures, the normalised message otherwise."""
+    if record.get("kind") in {k.value for k in VALUE_KINDS}:
+        op = op_key(record.get("first_op") or record.get("op"))
+        return f"{record['route']}|{record['kind']}|{op}|{'+'.join(record.get('trigger') or []) or 'any'}"
+    return f"{record['route']}|{record.get('kind')}|{normalise(record.get('message') or '')}"
+
+
+def ranked_buckets(records) -> list:
+    """The buckets of `records` (failing ones with a bucket) ordered distinct-first."""
+    signatures: dict = {}
+    for r in records:
+        if r.get("bucket"):
+            text, count = signatures.get(r["bucket"], (record_signature(r), 0))
+            signatures[r["bucket"]] = (text, count + 1)
+    return rank_buckets(signatures) if signatures else []
 
 
 def _jaccard(a: set, b: set) -> float:

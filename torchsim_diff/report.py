@@ -15,6 +15,8 @@ from collections import defaultdict
 
 from tabulate import tabulate
 
+from torchsim_diff import classify
+
 FORMATS = ("plain", "md", "csv", "json", "html")
 
 
@@ -125,7 +127,8 @@ def tolerance_rows(records) -> list:
 
 
 def bucket_rows(records, reproducers: dict | None = None) -> list:
-    """One row per bucket: where, what, how often, and its smallest case."""
+    """One row per bucket: where, what, how often, and its smallest case; distinct bugs
+    first (classify.rank_buckets: the most frequent, then each the farthest from those above)."""
     buckets: dict = {}
     for r in records:
         if not r.get("bucket"):
@@ -137,7 +140,8 @@ def bucket_rows(records, reproducers: dict | None = None) -> list:
             "reproducer": (reproducers or {}).get(r["bucket"])})
         row["count"] += 1
         row["smallest (nodes)"] = min(row["smallest (nodes)"], r.get("n_nodes") or 0)
-    return sorted(buckets.values(), key=lambda row: (-row["count"], row["bucket"]))
+    order = {b: k for k, b in enumerate(classify.ranked_buckets(records))}
+    return sorted(buckets.values(), key=lambda row: order[row["bucket"]])
 
 
 def coverage_rows(records) -> list:
@@ -275,12 +279,14 @@ TERMINAL_TOLERANCE_ROWS = 12
 
 
 def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
-    """The buckets never seen before, each with its title, reduced size and bundle folder."""
+    """The buckets never seen before, distinct bugs first, each with its title, reduced size
+    and bundle folder."""
     from torchsim_diff.buckets import smallest_per_bucket
     from torchsim_diff.graph import case_size
     smallest = smallest_per_bucket(records)
     rows = []
-    for bucket in sorted(b for b in new_buckets if b in smallest):
+    order = {b: k for k, b in enumerate(classify.ranked_buckets(records))}
+    for bucket in sorted((b for b in new_buckets if b in smallest), key=lambda b: (order.get(b, len(order)), b)):
         record = smallest[bucket]
         nodes, inputs, elements = case_size(record["case"])
         bundle = (bundles or {}).get(bucket)
