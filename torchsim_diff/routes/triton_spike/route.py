@@ -8,7 +8,7 @@ captured (kernels/) with the bytes Spike produced, so a failing case names the f
 whose interpreter replay disagrees; kernels without reductions, dots or transcendental math
 must agree bit for bit (`bit_exact_with` in launch.json).
 
-Route options (all optional): isa ("rv64gcv"), vlen (128..1024), max_instructions (Spike's
+Route options (all optional): isa ("rv64gcv_zfh_zfbfmin"), vlen (128..1024), max_instructions (Spike's
 budget per launch; exhausting it is a `timeout`), timeout_s (wall clock per Spike run), as on
 `spike`; launcher ("module:Class", a SpikeLauncher subclass: test doubles), capture (false
 skips kernel capture).
@@ -30,6 +30,9 @@ from torchsim_diff.routes.triton_spike import toolchain
 from torchsim_diff.routes.triton_spike.launcher import SpikeLauncher
 
 LAUNCHER_OPTIONS = ("launcher", "capture")
+# Half-float conversions in hardware: Inductor's float32 kernels round through fp16/bf16 for
+# explicit casts, and the bare-metal libgcc has no soft __extendhfsf2/__truncsfbf2.
+DEFAULT_ISA = "rv64gcv_zfh_zfbfmin"
 
 
 class TritonSpikeRoute(TritonInterpreterRoute):
@@ -43,7 +46,7 @@ class TritonSpikeRoute(TritonInterpreterRoute):
 
     def __init__(self, options: dict | None = None):
         super().__init__(options)
-        chain = {k: v for k, v in self.options.items() if k not in LAUNCHER_OPTIONS}
+        chain = {"isa": DEFAULT_ISA, **{k: v for k, v in self.options.items() if k not in LAUNCHER_OPTIONS}}
         self.spike_options = SpikeOptions.from_mapping(chain)
         self.spike_launcher: SpikeLauncher | None = None
 
