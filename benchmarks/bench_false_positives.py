@@ -36,6 +36,7 @@ from torchsim_diff import oracle
 from torchsim_diff.check import Checker
 from torchsim_diff.corpus import KNOWN, iter_entries
 from torchsim_diff.kinds import Kind
+from torchsim_diff.ray_campaign import _no_local_constants as no_local_constants
 from torchsim_diff.strategies import cases
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -159,10 +160,13 @@ class Run:
 
 
 def run_route(checker, run: Run, route: str, seeds, n_cases: int, dtype: str, part: int, parts: int) -> None:
-    strategy = cases(dtype=dtype)
+    """Each seed draws from a strategy of its own, without constants mined from the modules
+    loaded so far: its cases depend on the seed alone, not on earlier seeds, on where a budget
+    stopped them, or on which shard ran which case first."""
     tally = run.tallies.setdefault(route, Tally())
     for k, campaign_seed in enumerate(seeds):
         run.begin_part(part + k, parts)
+        strategy = cases(dtype=dtype)
         seen: list = []
 
         @seed(campaign_seed)
@@ -190,7 +194,8 @@ def run_route(checker, run: Run, route: str, seeds, n_cases: int, dtype: str, pa
                 run.write_summary()
 
         try:
-            one()
+            with no_local_constants():
+                one()
         except BudgetSpent:
             print(f"  {route}: seed {campaign_seed}'s share of the budget spent", file=sys.stderr, flush=True)
 
