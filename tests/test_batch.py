@@ -59,3 +59,13 @@ def test_a_batch_that_does_not_compile_is_rerun_case_by_case(cases, tmp_path, do
     assert solo[-1].kind.value == "compile_error"
     assert _verdicts(batched) == _verdicts(solo)
     assert not any("batch" in v.metrics for v in batched)
+
+
+@pytest.mark.slow
+def test_a_batched_campaign_runs_the_same_cases_with_the_same_verdicts(tmp_path):
+    from torchsim_diff.campaign import run_campaign
+    runs = [run_campaign(CampaignOptions(routes=["eager"], out_dir=str(tmp_path / str(b)), max_examples=7, seed=4,
+                                         max_nodes=3, batch=b)) for b in (1, 3)]
+    assert [r.cases for r in runs] == [7, 7]
+    one, batched = ([(r["case_id"], r["status"], r["bucket"]) for r in run.records] for run in runs)
+    assert sorted(one) == sorted(batched) and len(one) == 7

@@ -57,6 +57,7 @@ class CampaignOptions:
     budget_s: float | None = None     # stop drawing cases after this many seconds
     reduce: bool = True                # reduce, then bucket: each new failure (reduce.Refiner)
     reduce_budget_s: float = 60.0
+    batch: int = 1                     # cases compiled together as one program (torchsim_diff.batch)
 
 
 @dataclasses.dataclass
@@ -111,27 +112,35 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             seen.add(case.case_id)
             if budget is not None and budget.left() <= 0:
                 raise _CampaignDone
-            for route in opts.routes:
-                refined = {}
-                if route in available:
-                    verdict = _timed_check(checker, timeouts, budget, case, route)
-                    refined = refiner.refine(verdict) if refiner else {}
-                else:
-                    verdict = Verdict(case, route, Status.SKIPPED, message=result.unavailable[route])
-                record = {**verdict.record(), **refined}
-                record["op_errors"] = op_figures.for_verdict(checker, verdict, timeouts.steady(route))
-                writer.write(record)
-                result.records.append(record)
-                if store is not None and record["status"] == Status.FAIL.value and store.add(record):
-                    store.save()
-            result.cases += 1
+            pending.append(case)
+            if len(pending) >= opts.batch or result.cases + len(pending) >= opts.max_examples:
+                run_pending()
             if result.cases >= opts.max_examples:
                 raise _CampaignDone
 
+        pending: list = []
+
+        def run_pending():
+            """Every route on the cases drawn so far (one, or a batch with --batch)."""
+            if not pending:
+                return
+            for route in opts.routes:
+                for verdict in _verdicts(checker, timeouts, budget, pending, route, available, result):
+                    refined = refiner.refine(verdict) if refiner and route in available else {}
+                    record = {**verdict.record(), **refined}
+                    record["op_errors"] = op_figures.for_verdict(checker, verdict, timeouts.steady(route))
+                    writer.write(record)
+                    result.records.append(record)
+                    if store is not None and record["status"] == Status.FAIL.value and store.add(record):
+                        store.save()
+            result.cases += len(pending)
+            pending.clear()
+
         try:
             one_case()
+            run_pending()
         except _CampaignDone:
-            pass
+            run_pending()
         except KeyboardInterrupt:
             result.interrupted = True
         progress.stop()
@@ -140,6 +149,21 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         result.new_buckets = set(store.new)
     result.bundles = write_new_bundles(result.records, result.new_buckets if store else None, opts.out_dir)
     return result
+
+
+def _verdicts(checker: Checker, timeouts: TimeoutPolicy, budget: Budget | None, cases: list, route: str,
+              available: set, result: CampaignResult) -> list:
+    """One verdict per case on `route`: skipped when unavailable, batched when several."""
+    if route not in available:
+        return [Verdict(case, route, Status.SKIPPED, message=result.unavailable[route]) for case in cases]
+    if len(cases) == 1:
+        return [_timed_check(checker, timeouts, budget, cases[0], route)]
+    from torchsim_diff.batch import check_batch
+    limit = timeouts.limit(route, fresh=not checker.worker(route).alive())
+    verdicts = check_batch(checker, cases, route, timeout_s=budget.cap(limit) if budget else limit)
+    for verdict in verdicts:
+        timeouts.observe(route, verdict.t_case, fresh=False, timed_out=verdict.kind == Kind.TIMEOUT)
+    return verdicts
 
 
 def _timed_check(checker: Checker, timeouts: TimeoutPolicy, budget: Budget | None, case, route: str) -> Verdict:

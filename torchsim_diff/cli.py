@@ -99,7 +99,8 @@ def cmd_fuzz(args) -> int:
                            special_values=args.special_values, timeout_s=args.timeout,
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
-                           reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget)
+                           reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
+                           batch=args.batch)
     try:
         result = _run_fuzz(opts, args)
     except InvalidArgument as exc:
@@ -367,6 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bucket failures as found instead of reducing each new one first")
     p.add_argument("--reduce-budget", type=float, default=60.0, metavar="SECONDS",
                    help="time to reduce one new failure before bucketing it (default: 60)")
+    p.add_argument("--batch", type=opt.positive_int, default=1, metavar="N",
+                   help="compile N cases together as one program (pays on inductor, whose cost is the C++ build); "
+                        "failing cases are rerun alone, so verdicts stay per case (default: 1)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run on a Ray cluster (its address, or 'local' to start one here); needs the [ray] extra")
     p.add_argument("--shards", type=int, default=None,
