@@ -25,6 +25,8 @@ def main():
     parser.add_argument("--cases", type=int, default=40)
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--max-nodes", type=int, default=4)
+    parser.add_argument("--reduce", action="store_true",
+                        help="reduce failures as a campaign does (off: reduction is not per-case harness time)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also print the N costliest functions of this (the harness's) process per route")
     args = parser.parse_args()
@@ -36,7 +38,8 @@ def main():
             if profiler:
                 profiler.enable()
             result = run_campaign(CampaignOptions(routes=[route], out_dir=out, max_examples=args.cases,
-                                                  seed=args.seed, max_nodes=args.max_nodes))
+                                                  seed=args.seed, max_nodes=args.max_nodes,
+                                                  reduce=args.reduce))
             wall = time.perf_counter() - t0
             if profiler:
                 profiler.disable()

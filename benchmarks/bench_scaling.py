@@ -10,6 +10,10 @@ time, then stops it; every record in the run's results-*.jsonl counts as a case.
 - steady: cases after the last worker's first record / the time since then, the rate a long
   campaign approaches.
 
+Before its windows, each route runs one case in one process (`--warm`, on by default), so
+that machine-wide state every worker then only reads (Inductor's precompiled header, see
+routes/inductor.py) is built once, as a campaign on a prepared machine would find it.
+
 Scaling is each rate against the one-worker rate times W (100% = linear). The machine's load
 average is printed with each row: on a shared machine, other work distorts the figures.
 Figures are printed, never asserted.
@@ -79,6 +83,17 @@ def measure(route: str, workers: int, args) -> dict:
             "steady_rate": steady, "first_all_s": all_started, "load": os.getloadavg()[0]}
 
 
+def warm(route: str) -> float:
+    """Seconds to run one case of `route` in one process (builds the shared machine state)."""
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-warm-") as out:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+        subprocess.run([sys.executable, "-m", "torchsim_diff", "fuzz", "--routes", route, "--max-examples", "1",
+                        "--no-reduce", "--buckets", "none", "--out", out], cwd=REPO, env=env,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return time.monotonic() - t0
+
+
 def _stop(proc) -> None:
     for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
         try:
@@ -121,9 +136,13 @@ def main():
     parser.add_argument("--window", type=float, default=60.0, help="seconds of wall time per run (default: 60)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default: 120)")
+    parser.add_argument("--no-warm", dest="warm", action="store_false",
+                        help="measure from a cold machine (the first window then builds Inductor's header)")
     args = parser.parse_args()
     rows = []
     for route in args.routes.split(","):
+        if args.warm:
+            sys.stderr.write(f"{route}: warmed in {warm(route):.1f} s\n")
         for workers in (int(w) for w in args.workers.split(",")):
             rows.append(measure(route, workers, args))
             sys.stderr.write(f"{route} x{workers}: {rows[-1]['cases']} cases in {args.window:g} s\n")
