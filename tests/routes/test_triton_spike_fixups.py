@@ -141,3 +141,20 @@ def test_a_scan_lowered_to_an_npu_library_call_is_unsupported_at_the_adapter_sta
     with pytest.raises(Unsupported, match="lowers cumprod to a call of @triton_cumprod_0") as raised:
         check_adapter_output(text)
     assert raised.value.stage == "adapter"
+
+
+def test_a_ttir_compilation_error_is_summarised_by_what_went_wrong_not_its_location():
+    import ast
+    from triton.compiler.errors import CompilationError
+    from torchsim_diff.routes.triton_spike.ttir import error_summary
+    node = ast.parse("x = a + b").body[0]
+    try:
+        try:
+            raise TypeError("invalid operands of type pointer<fp32> and float32\nmore")
+        except TypeError as cause:
+            raise CompilationError("x = a + b", node, None) from cause
+    except CompilationError as error:
+        assert error_summary(error) == ("CompilationError: TypeError: invalid operands of type pointer<fp32> "
+                                        "and float32")
+    assert error_summary(CompilationError("x = a + b", node, "bad\nmore")) == "CompilationError: bad"
+    assert error_summary(ValueError("one\ntwo")) == "ValueError: one"

@@ -136,6 +136,18 @@ class _Frontend:
         return found.fn if hasattr(found, "triton_meta") else found
 
 
+def error_summary(error: Exception) -> str:
+    """'<Type>: <what went wrong>' in one line. A triton CompilationError's text starts with
+    'at <line>:<col>:' and the source excerpt; what went wrong is its error_message, or the
+    exception it wraps."""
+    detail = getattr(error, "error_message", None)
+    cause = error.__cause__
+    if not detail and cause is not None:
+        detail = f"{type(cause).__name__}: {cause}"
+    lines = str(detail or error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
 def _serve() -> int:
     import warnings
     warnings.filterwarnings("ignore")
@@ -148,8 +160,7 @@ def _serve() -> int:
                                      request["constexprs"])
                 reply = {"ok": True, "ttir": text}
             except Exception as error:  # noqa: BLE001 - every front-end rejection is a reply
-                first = str(error).strip().splitlines()
-                reply = {"ok": False, "error": f"{type(error).__name__}: {first[0] if first else ''}"}
+                reply = {"ok": False, "error": error_summary(error)}
             sys.stdout.write(json.dumps(reply) + "\n")
             sys.stdout.flush()
     return 0
