@@ -20,6 +20,7 @@ from torchsim_diff import classify, oracle
 from torchsim_diff.graph import Case
 from torchsim_diff.kinds import Kind, Status
 from torchsim_diff.routes import route_class
+from torchsim_diff.sweep import Sweeper
 from torchsim_diff.worker import blame, protocol
 from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
@@ -144,6 +145,7 @@ class Checker:
         torch.set_num_threads(1)
         self._reference_key = None
         self._reference = None
+        self.sweeper = Sweeper(os.path.join(self.out_dir, ".discarded"))
 
     def __enter__(self):
         return self
@@ -155,6 +157,7 @@ class Checker:
         for worker in self.workers.values():
             worker.close()
         self.workers.clear()
+        self.sweeper.close()
 
     def worker(self, route: str) -> RouteWorker:
         if route not in self.workers:
@@ -195,7 +198,7 @@ class Checker:
         if verdict.failed and verdict.kind in LOCALISED_KINDS:
             verdict.metrics.update(_localise(artifact_dir))
         if not verdict.failed:
-            shutil.rmtree(artifact_dir, ignore_errors=True)
+            self.sweeper.discard(artifact_dir)
             verdict.artifacts = []
         return verdict
 
