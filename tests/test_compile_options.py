@@ -8,7 +8,8 @@ from torchsim_diff.routes import compile_options, route_class
 
 
 def test_defaults_and_parsed_values():
-    assert compile_options.settings({}) == {"dynamic": False, "mode": "default", "emulate_precision_casts": True}
+    assert compile_options.settings({}) == {"dynamic": False, "mode": "default", "emulate_precision_casts": True,
+                                            "freezing": False}
     chosen = compile_options.settings({"dynamic": "true", "mode": "max-autotune-no-cudagraphs", "launcher": "x"})
     assert chosen["dynamic"] is True and chosen["mode"] == "max-autotune-no-cudagraphs" and "launcher" not in chosen
 

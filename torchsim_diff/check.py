@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from torchsim_diff import classify, oracle
+from torchsim_diff import classify, oracle, second_size
 from torchsim_diff.graph import Case
 from torchsim_diff.kinds import Kind, Status
 from torchsim_diff.routes import route_class
@@ -115,6 +115,7 @@ class Verdict:
             "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),
             "t_case": self.t_case, "t_harness": self.t_harness, "cost": self.metrics.get("cost"),
             "divergent_kernel": self.metrics.get("divergent_kernel"),
+            "dynamic": self.metrics.get("dynamic"), "second_size": self.metrics.get("second_size"),
             "versions": self.metrics.get("versions"),   # routes that report what they ran (torchsim-*)
             "artifacts": self.artifact_dir if self.artifacts else None,
             "message": self.message, "case": case.to_dict(),
@@ -174,7 +175,11 @@ class Checker:
     def check(self, case: Case, route: str, timeout_s: float | None = None) -> Verdict:
         """timeout_s: this run's limit (default: the checker's; see torchsim_diff.timeouts)."""
         t0 = time.perf_counter()
+        options = self.route_options.get(route)
         verdict = self._check(case, route, timeout_s)
+        if verdict.status == Status.PASS and second_size.wanted(route, options, case):
+            verdict = second_size.replay(self._check, verdict, timeout_s)
+        verdict.metrics["dynamic"] = second_size.dynamic_setting(route, options, case)
         verdict.t_case = time.perf_counter() - t0
         return verdict
 

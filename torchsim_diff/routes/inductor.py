@@ -11,7 +11,8 @@ PCH_DIR_ENV = "TORCHSIM_DIFF_PCH_DIR"
 
 class InductorRoute(Route):
     name = "inductor"
-    description = "torch.compile(fullgraph; options dynamic, mode), Inductor C++ kernels on CPU"
+    description = "torch.compile(fullgraph; options dynamic, mode, freezing), Inductor C++ kernels on CPU"
+    compile_settings = True         # takes routes/compile_options.py's settings
 
     @classmethod
     def worker_env(cls, options):
@@ -25,11 +26,14 @@ class InductorRoute(Route):
 
     def __init__(self, options: dict | None = None):
         super().__init__(options)
-        compile_options.settings(self.options)      # a bad value fails here, before any worker starts
+        chosen = compile_options.settings(self.options)   # a bad value fails here, before any worker starts
+        self.cacheable = not chosen["freezing"]             # a frozen program holds its case's values
+        self.compiler = compile_options.Compiler(self.options)
 
     def compile(self, program, example_inputs, ctx):
-        compiled = compile_options.compile_program(program, self.options)
-        compiled(*example_inputs)   # torch.compile is lazy: compile errors surface here
+        compiled, _, reused = self.compiler.compile(program, ctx.case, example_inputs)
+        ctx.metrics["same_function"] = reused
+        compiled(*example_inputs)   # torch.compile is lazy: compile errors (and recompiles) surface here
         return FunctionCompiled(compiled)
 
     def versions(self):

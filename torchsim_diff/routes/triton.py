@@ -18,7 +18,7 @@ Route options (all optional):
     launcher: "module:Class" of the launcher under test (default: Inductor's own launch
         path). Test doubles in tests/doubles/ replace it with deliberately wrong ones.
     capture: false to skip kernel capture (benchmarks of the bare route).
-    dynamic, mode, emulate_precision_casts: compile settings (routes/compile_options.py).
+    dynamic, mode, emulate_precision_casts, freezing: compile settings (routes/compile_options.py).
 
 Worker-side module: triton, Inductor and the shims are imported inside methods.
 """
@@ -90,10 +90,13 @@ class _TritonRouteBase(Route):
 
     device: str = "cpu"
     executor: str = ""
+    compile_settings = True         # takes routes/compile_options.py's settings
 
     def __init__(self, options: dict | None = None):
         super().__init__(options)
-        compile_options.settings(self.options)      # a bad value fails here, before any worker starts
+        chosen = compile_options.settings(self.options)   # a bad value fails here, before any worker starts
+        self.cacheable = not chosen["freezing"]             # a frozen program holds its case's values
+        self.compiler = compile_options.Compiler(self.options)
 
     def available(self) -> tuple[bool, str]:
         from torchsim_diff.routes import triton_shims
@@ -120,8 +123,11 @@ class _TritonRouteBase(Route):
         return InductorLauncher()
 
     def compile(self, program, example_inputs, ctx) -> Compiled:
-        compiled = compile_options.compile_program(program, self.options)
-        wrapper = self._first_run(compiled, example_inputs, ctx)
+        compiled, notes, reused = self.compiler.compile(program, ctx.case, example_inputs)
+        ctx.metrics["same_function"] = reused
+        # A reused function (a second size) generates code only when it recompiles.
+        wrapper = self._first_run(compiled, example_inputs, ctx) or notes.get("wrapper", "")
+        notes["wrapper"] = wrapper
         fallbacks = fallback_calls(wrapper)
         if fallbacks:
             raise Unsupported(f"op ran outside Triton as {', '.join(fallbacks)} "
