@@ -98,6 +98,21 @@ def test_known_bug_reproduces_in_torch_only_venv_and_passing_case_does_not(induc
 
 
 @pytest.mark.slow
+def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_case, tmp_path):
+    pytest.importorskip("torch_mlir.execution_engine")
+    record = repro.entry_record(read_entry(os.path.join(REPO, "corpora", "known", "mlir-minimum-nan.json")))
+    failing = repro.write_bundle(record, str(tmp_path / "failing"))
+    passing = repro.write_bundle(dict(record, case=add_case.to_dict()), str(tmp_path / "passing"))
+    with ThreadPoolExecutor(2) as pool:
+        bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
+    assert bug.returncode == 1, bug.stdout + bug.stderr
+    assert "compiled [1.0, nan, -1.0]" in bug.stdout and "non-finite pattern differs" in bug.stdout
+    assert fixed.returncode == 0 and "FIXED" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert os.path.exists(os.path.join(failing, "mlir_host.py"))
+    assert len(open(os.path.join(failing, "repro.py")).read().splitlines()) <= 40
+
+
+@pytest.mark.slow
 def test_torch_only_venv_cannot_import_the_harness(torch_venv):
     """Guards the test above: a script importing torchsim_diff would fail there."""
     probe = "import torch, importlib.util as u; print(torch.__version__, u.find_spec('torchsim_diff'))"

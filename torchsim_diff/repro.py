@@ -176,8 +176,20 @@ except Exception as exc:  # torch-mlir failing is the bug
     sys.exit(print(f"REPRODUCES: {type(exc).__name__}: {str(exc).strip()[:2000]}") or 1)""")
 IMPORT_ONLY = ("mlir", "spike")     # routes whose script stops after the compiler's import stage
 ROUTE_SETUP.update({route: (_MLIR_SETUP[0], _MLIR_SETUP[1].replace("ROUTE", route)) for route in IMPORT_ONLY})
+# A torch-mlir lowering bug shows on the host too: repro.py runs the lowered module there with
+# the mlir_host.py the bundle ships, and compares values like the other routes.
+HOST_SETUP = ("import mlir_host  # next to this script: the lowering run on this host by MLIR's JIT",
+              "def compiled(*xs):  # torch.export, torch-mlir's import to linalg, lowered to LLVM, run here\n"
+              "    return mlir_host.run(program, xs)\n\n")
 TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "a C++ compiler", "mlir": "torch-mlir",
              "spike": "torch-mlir"}
+
+
+def runs_on_host(record: dict, case: Case) -> bool:
+    """Whether the bundle runs a torch-mlir value bug on the host (see HOST_SETUP)."""
+    from torchsim_diff import classify, mlir_host
+    return (record.get("route") in IMPORT_ONLY and record.get("kind") in {k.value for k in classify.VALUE_KINDS}
+            and project_of(record).name == "torch-mlir" and mlir_host.runs_on_host(case))
 
 
 def standalone_routes() -> list:
@@ -188,18 +200,20 @@ def standalone_routes() -> list:
 def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool = False) -> str:
     """The text of repro.py (see module docstring)."""
     route = record["route"]
-    env, setup = ROUTE_SETUP.get(route, ("", None))
+    host = runs_on_host(record, case)
+    env, setup = HOST_SETUP if host else ROUTE_SETUP.get(route, ("", None))
+    import_only = route in IMPORT_ONLY and not host
     head = [f'"""{title(record, case)}']
     head += [f"Known bug: {note}"] if note else []
     head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
              f"{TOOLCHAIN.get(route) or 'the toolchain'} missing.\"\"\""]
     imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
-               "" if route in IMPORT_ONLY else "    import judge  # torchsim-diff's comparison rule, verbatim"]
+               "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     body = [_program_source(case), _inputs_source(case, record.get("kind"), inputs_file)]
     if setup is None:
         body.append(_NOT_STANDALONE.format(route=route))
-    elif route in IMPORT_ONLY:
+    elif import_only:
         body.append(setup + "\n")
     else:
         body.append(setup + "\n" + _run_source(case, record.get("kind")))
@@ -419,6 +433,9 @@ def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None,
     shutil.copyfile(judge.__file__, os.path.join(to_dir, "judge.py"))
     if route == "triton":
         _write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
+    if runs_on_host(record, case):
+        from torchsim_diff import mlir_host
+        _write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
     note = record.get("note") or ""
     _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, note=note, inputs_file=inputs_file))
     if route == "triton" and minimise:
@@ -492,7 +509,11 @@ def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
         parts += [f"`{SHIMS_FILE}` (next to the script) holds the shims that let Inductor's Triton kernels run "
                   f"on CPU tensors under `TRITON_INTERPRET=1`; this bug needs: "
                   f"{', '.join(s.strip('_') for s in record['shims'])}.", ""]
-    if record["route"] not in IMPORT_ONLY:
+    if runs_on_host(record, case):
+        parts += ["`mlir_host.py` (next to the script) lowers torch-mlir's linalg output to LLVM with the "
+                  "pass pipeline of torch-mlir's RefBackend (results as out-parameters) and runs it on this "
+                  "host with MLIR's ExecutionEngine.", ""]
+    if record["route"] not in IMPORT_ONLY or runs_on_host(record, case):
         parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails "
                   "when it is further from float64 than eager's own error allows, by a margin.", ""]
     parts += [versions, "", "```", versions_text(record["route"], project).rstrip("\n"), "```", ""]
