@@ -24,3 +24,12 @@ def test_mix_row_counts_nodes_per_op_and_tail_shares():
     assert row["op nodes min/median/max"] == "2/2/4"
     assert row["value tail %"] == pytest.approx(33.3) and row["odd sizes %"] == pytest.approx(33.3)
     assert 0 < row["op Gini"] < 0.1
+
+
+def test_mix_row_shows_the_dynamic_share_of_compiled_records():
+    records = [dict(_record(c, ["add"]), dynamic=d, second_size=s) for c, d, s in
+               [("a", True, {"shapes": {"x0": [4]}}), ("b", True, {"shapes": None}), ("c", False, None),
+                ("d", None, None)]]
+    row = mix_rows(records)[0]
+    assert row["dynamic %"] == pytest.approx(66.7) and row["second size % of dynamic"] == 50.0
+    assert "dynamic %" not in mix_rows([_record("e", ["add"])])[0]

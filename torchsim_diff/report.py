@@ -184,7 +184,7 @@ def mix_rows(records) -> list:
             "overlapping %": share(lambda c: "overlapping" in c),
             "ops seen": f"{len(seen & registered)}/{len(registered)}",
             "ops never seen": ",".join(sorted(registered - seen)) or "-",
-            **_op_balance(recs, registered), **_tail_shares(recs),
+            **_op_balance(recs, registered), **_tail_shares(recs), **_dynamic_shares(records, dtype),
         })
     return rows
 
@@ -225,6 +225,19 @@ def _tail_shares(recs) -> dict:
         return {}
     return {"value tail %": round(100.0 * sum(1 for t in tails if t - {"odd_sizes"}) / len(tails), 1),
             "odd sizes %": round(100.0 * sum(1 for t in tails if "odd_sizes" in t) / len(tails), 1)}
+
+
+def _dynamic_shares(records, dtype) -> dict:
+    """Share of the torch.compile routes' records compiled with dynamic shapes, and of
+    those, the share that also ran at a second size (routes/compile_options.py)."""
+    compiled = [r for r in records if r.get("dynamic") is not None
+                and (r["case"]["dtype"] if r.get("case") else "?") == dtype]
+    if not compiled:
+        return {}
+    dynamic = [r for r in compiled if r["dynamic"]]
+    second = [r for r in dynamic if (r.get("second_size") or {}).get("shapes")]
+    return {"dynamic %": round(100.0 * len(dynamic) / len(compiled), 1),
+            "second size % of dynamic": round(100.0 * len(second) / len(dynamic), 1) if dynamic else "-"}
 
 
 # -- html page with error distributions ---------------------------------------------------------
