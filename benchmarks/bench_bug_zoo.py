@@ -1,11 +1,11 @@
 """Bug zoo: how well fuzz + reduce-then-bucket finds and files the planted bugs.
 
-    python benchmarks/bench_bug_zoo.py [--cases 40] [--seed 1] [--budget 60] [--bugs a,b]
+    python benchmarks/bench_bug_zoo.py [--cases 100] [--seed 1] [--budget 60] [--bugs a,b]
 
 Runs one `fuzz` campaign (the CLI's, reduction on) per planted bug of benchmarks/bug_zoo
-and prints per bug: found or not, cases to the first failure, buckets, merges (buckets
-it shares with another bug), the reduced case's size and the time from first failure to
-the reduced case, then the medians against the issue's targets. Figures, never asserts.
+and prints per bug: found or not, cases to the first failure, buckets, merges (another bug
+with the same signature, route left out), the reduced case's size and the time from first
+failure to the reduced case, then the medians against the issue's targets. Figures, never asserts.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def _signature(record: dict) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", type=int, default=40)
+    parser.add_argument("--cases", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget", type=float, default=60.0)
     parser.add_argument("--bugs", help="only these zoo routes (comma-separated)")
@@ -59,13 +59,15 @@ def main(argv=None) -> int:
 
 def _print(rows) -> None:
     from tabulate import tabulate
+    # Each bug runs as its own route, so bucket ids never collide across bugs; a merge is two
+    # bugs sharing a signature once the route is left out (first op, trigger, kind).
     owners: dict = {}
     for row in rows:
-        for bucket in row["buckets"]:
-            owners.setdefault(bucket, set()).add(row["bug"])
+        for signature in row["signatures"]:
+            owners.setdefault(signature, set()).add(row["bug"])
     table = []
     for row in rows:
-        merges = sorted({o for b in row["buckets"] for o in owners[b]} - {row["bug"]})
+        merges = sorted({o for s in row["signatures"] for o in owners[s]} - {row["bug"]})
         row["merges"] = merges
         table.append([row["bug"], "yes" if row["found"] else "NO", row["first"] or "-", row["failures"],
                       len(row["buckets"]), ", ".join(merges) or "0", "; ".join(row["signatures"]),

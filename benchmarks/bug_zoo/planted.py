@@ -76,6 +76,15 @@ def _walked(x):
     return torch.cat([storage, tail]).as_strided(x.shape, strides, x.storage_offset())
 
 
+class OffsetDropped(_Planted):
+    """A view's storage offset is lost: it is read from the start of its storage."""
+
+    name = "zoo-offset-dropped"
+
+    def before(self, inputs, ctx):
+        return [storage_of(x).as_strided(x.shape, x.stride(), 0) if x.storage_offset() else x for x in inputs]
+
+
 class InoutZeroSeeded(_Planted):
     """Mutated inputs are treated as pure outputs and seeded with zeros."""
 
@@ -153,6 +162,16 @@ class BroadcastWrongBranch(_Planted):
     mode = type("MulBranch", (_OpFault,), {"faults": {torch.mul: _mul_scalar_branch}})
 
 
+def _floor_divide_truncating(func, a, b, **kw):
+    """The quotient is rounded toward zero (C's integer division), not toward -inf."""
+    return torch.div(a, b, rounding_mode="trunc", **kw)
+
+
+class FloorDivTruncates(_Planted):
+    name = "zoo-floor-div-truncates"
+    mode = type("FloorTrunc", (_OpFault,), {"faults": {torch.floor_divide: _floor_divide_truncating}})
+
+
 def _cat_swapped(func, tensors, dim=0, **kw):
     """The first two operands are exchanged."""
     tensors = list(tensors)
@@ -167,7 +186,7 @@ class SwappedVariadic(_Planted):
 
 
 ZOO = (LayoutDropped, Stride0PastStorage, InoutZeroSeeded, ReductionTail, KTailDropped, BroadcastWrongBranch,
-       LostMutation, SwappedVariadic)
+       LostMutation, SwappedVariadic, OffsetDropped, FloorDivTruncates)
 
 
 def environment() -> dict:
