@@ -20,3 +20,18 @@ def test_budget_stops_drawing_and_says_so(tmp_path):
     result = run_shards_here(opts, shards=40)
     assert 0 < result.cases < 400
     assert any("--budget" in note for note in result.notes)
+
+
+def test_progress_shows_cases_per_second_per_node():
+    import io
+
+    from torchsim_diff.ray_campaign import NodeProgress, RayCampaignResult
+    stream = io.StringIO()
+    progress = NodeProgress(10, stream)
+    result = RayCampaignResult(cases=3)
+    for node in ("hostA/1a2b3c", "hostA/1a2b3c", "hostB/4d5e6f"):
+        progress.count(node)
+    progress.update(result, force=True)
+    line = stream.getvalue()
+    assert line.startswith("[3/10]") and "hostA/1a2b3c " in line and "hostB/4d5e6f " in line
+    assert line.count("/s") == 3, line
