@@ -209,6 +209,17 @@ def test_two_bugs_on_one_op_and_layout_keep_two_buckets(zoo_routes, tmp_path):
     assert lost[0].signature.split("|")[1:] != zeroed[0].signature.split("|")[1:], lost[0].signature
 
 
+def test_a_read_bug_seen_as_a_nan_and_as_a_wrong_value_is_one_bucket(zoo_routes, tmp_path):
+    """An offset lost on the way in: log(x) shows it as a NaN, neg(x) as a wrong value."""
+    offset = ("x0", [4], [1], 3, 8, {"classes": ["offset"]})
+    log = make_case([{"id": "v0", "op": "log", "args": ["x0"], "attrs": {}}], [offset], ["v0"])
+    neg = make_case([{"id": "v0", "op": "neg", "args": ["x0"], "attrs": {}}], [offset], ["v0"], seed=5)
+    verdicts, fields = _refined("zoo-offset-dropped", [log, neg], tmp_path)
+    assert {v.kind.value for v in verdicts} == {"nonfinite_mismatch", "wrong_values"}, [v.message for v in verdicts]
+    assert verdicts[0].bucket == verdicts[1].bucket, [v.signature for v in verdicts]
+    assert "offset" in fields[0]["trigger"]
+
+
 def test_session_end_refinements_replace_the_buckets_of_their_records(tmp_path):
     import json
     (tmp_path / f"{reduce.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(

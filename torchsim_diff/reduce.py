@@ -654,7 +654,10 @@ class Refiner:
         if minimal.failed and minimal.kind in classify.VALUE_KINDS:
             first_op = self._first_divergent_op(minimal)
             trigger = self._trigger(minimal)
-            signature = classify.refined_signature(verdict.route, minimal.kind, first_op, trigger)
+            kind = minimal.kind
+            if not minimal.case.nodes:   # no op left: a NaN is only what was read, like any wrong value
+                kind = classify.REDUCTION_KIND.get(kind, kind)
+            signature = classify.refined_signature(verdict.route, kind, first_op, trigger)
         refinement = Refinement(signature or verdict.signature, result.reduced.to_dict(), first_op, trigger,
                                 time.perf_counter() - started, result.runs + 1,
                                 minimal.artifact_dir if minimal.artifacts else None)
