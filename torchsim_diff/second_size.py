@@ -5,8 +5,9 @@ reads stale strides).
 
     >>> second = resized(case)       # a Case, or None when no size of the graph is free
 
-A size is free when no node attribute names it (a `view(3, 17)` or `narrow(0, 2, 17)` ties
-its sizes to the program text, which must stay the same). Every input dimension of a free
+A size is free when no node attribute names it as a size (a `view(3, 17)` ties its sizes to
+the program text, which must stay the same); sizes only grow, so an index or a window below
+a size stays valid. Every input dimension of a free
 size gets the new size, so sizes that agree (matmul K, broadcast partners, an index's range)
 keep agreeing; strides are rebuilt so that each input keeps its layout classes. The resized
 case is kept only if it validates and eager runs it; otherwise each free size is tried alone.
@@ -23,6 +24,12 @@ from torchsim_diff.routes import route_class
 from torchsim_diff.routes.compile_options import SECOND_SIZE_MARK, replays_second_size
 
 STAGE = "second_size"
+# Attributes whose integers are no sizes (dimension indices, amounts, offsets) or only bound
+# a size from below (an index, a window, k of topk), which a larger size keeps valid.
+NOT_SIZES = {"dim", "dims", "dim0", "dim1", "keepdim", "correction", "diagonal", "shifts", "value",
+             "alpha", "beta", "min_val", "max_val", "min", "max", "negative_slope", "eps", "index",
+             "start", "stop", "step", "length", "k", "stride", "padding", "dilation", "kernel",
+             "groups", "num_groups", "chunks"}
 
 
 def wanted(route: str, options: dict | None, case: Case) -> bool:
@@ -72,7 +79,8 @@ def resized(case: Case) -> Case | None:
     """The case at a second size, or None when no free size gives a valid case."""
     if any("data" in spec for spec in case.inputs):
         return None         # explicit values belong to their sizes
-    literal = set(_ints([node.get("attrs", {}) for node in case.nodes]))
+    literal = set(_ints([{k: v for k, v in node.get("attrs", {}).items() if k not in NOT_SIZES}
+                         for node in case.nodes]))
     sizes = {n for spec in case.inputs for n in spec["shape"]}
     free = sorted(n for n in sizes if n >= 2 and n not in literal)
     for mapping in _mappings(free, sizes | literal):
