@@ -131,6 +131,14 @@ def test_missing_torch_exits_2(add_case, tmp_path):
     assert "cannot run here: No module named 'torch'" in done.stdout
 
 
+def test_hang_runs_in_a_child_with_a_time_limit_that_passes_its_exit_status_on(add_case, tmp_path):
+    bundle = repro.write_bundle(_record(add_case, route="eager", kind="timeout"), str(tmp_path / "b"))
+    script = open(os.path.join(bundle, "repro.py")).read()
+    assert f"timeout={repro.HANG_S}" in script and "REPRODUCES: no result within" in script
+    done = _run_script(sys.executable, bundle)          # eager finishes: the child's exit 0 comes back
+    assert done.returncode == 0 and "FIXED" in done.stdout, done.stdout + done.stderr
+
+
 def test_non_standalone_route_says_so_and_exits_2(add_case, tmp_path):
     bundle = repro.write_bundle(_record(add_case, route="double-wrong-element"), str(tmp_path / "b"))
     done = _run_script(sys.executable, bundle)

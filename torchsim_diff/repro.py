@@ -211,6 +211,8 @@ def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool
                "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     body = [_program_source(case), _inputs_source(case, record.get("kind"), inputs_file)]
+    if record.get("kind") == "timeout":
+        body.insert(0, _WATCHDOG)
     if setup is None:
         body.append(_NOT_STANDALONE.format(route=route))
     elif import_only:
@@ -318,6 +320,16 @@ _GUARD_CHECK = [
     "    if not torch.equal(flat[0][kept], flat[2][kept]):",
     '        sys.exit(print(f"REPRODUCES: input {k}: storage changed outside the elements eager wrote") or 1)',
 ]
+# A hang may sit in native code that never returns to Python (no signal handler runs there):
+# the script runs itself in a child and calls a child past HANG_S a reproduction.
+HANG_S = 60
+_WATCHDOG = f'''if "--child" not in sys.argv:  # a hang is the bug: run in a child with a time limit
+    import subprocess
+    try:
+        sys.exit(subprocess.run([sys.executable, __file__, "--child"], timeout={HANG_S}).returncode)
+    except subprocess.TimeoutExpired:
+        sys.exit(print("REPRODUCES: no result within {HANG_S} s") or 1)
+'''
 _NOT_STANDALONE = '''print("cannot run here: route {route!r} is driven by torchsim-diff's own harness; run the "
       "case with: torchsim-diff replay case.json --routes {route}")
 sys.exit(2)
