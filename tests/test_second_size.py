@@ -27,8 +27,7 @@ def _matmul_case(attrs_size=None):
              {"id": "v1", "op": "matmul", "args": ["v0", "x1"], "attrs": {}},
              {"id": "v2", "op": "add", "args": ["v1", "x2"], "attrs": {}}]
     if attrs_size:
-        nodes.append({"id": "v3", "op": "narrow", "args": ["v2"], "attrs": {"dim": 1, "start": 0,
-                                                                            "length": attrs_size}})
+        nodes.append({"id": "v3", "op": "reshape", "args": ["v2"], "attrs": {"shape": [-1, attrs_size]}})
     return make_case(nodes=nodes, outputs=[nodes[-1]["id"]], inputs=[
         ("x0", [5, 3], [1, 6], 2, 40, {"classes": ["transposed", "sliced", "offset"]}),
         ("x1", [5, 7], [7, 1], 0, 35, {}),
@@ -47,14 +46,17 @@ def test_second_size_moves_every_free_size_consistently_and_keeps_layouts():
     assert second.values[compile_options.SECOND_SIZE_MARK] == case.case_id
 
 
-def test_a_size_named_by_an_attribute_stays():
+def test_a_size_named_by_an_attribute_stays_and_a_window_below_a_size_does_not_pin_it():
     second = second_size.resized(_matmul_case(attrs_size=7))
     assert {spec["name"]: spec["shape"][-1] for spec in second.inputs}["x1"] == 7
+    narrowed = make_case(nodes=[{"id": "v0", "op": "narrow", "args": ["x0"], "attrs": {"dim": 0, "start": 1, "length": 4}}],
+                         inputs=[("x0", [5], [1], 0, 5, {})], outputs=["v0"])
+    assert second_size.resized(narrowed).inputs[0]["shape"] == [6]
 
 
 def test_no_free_size_no_second_size():
-    case = make_case(nodes=[{"id": "v0", "op": "narrow", "args": ["x0"], "attrs": {"dim": 0, "start": 0, "length": 4}}],
-                     inputs=[("x0", [4], [1], 0, 4, {})], outputs=["v0"])
+    case = make_case(nodes=[{"id": "v0", "op": "reshape", "args": ["x0"], "attrs": {"shape": [2, 4]}}],
+                     inputs=[("x0", [2, 4], [4, 1], 0, 8, {})], outputs=["v0"])
     assert second_size.resized(case) is None
 
 
