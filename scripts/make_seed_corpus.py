@@ -2,14 +2,17 @@
 
 Greedy cover over cases the generator draws (fixed seed, so the corpus is reproducible):
 each chosen case adds the most (op, dtype) and layout-class pairs not yet covered.
-Usage: python scripts/make_seed_corpus.py [--out corpora/seed] [--draws 600]
+Usage: python scripts/make_seed_corpus.py [--out corpora/seed] [--draws 600] [--extend]
+--extend keeps the entries already there and adds cases only for what they miss (new ops),
+so that the entries already replayed on every route stay as they are.
 """
 import argparse
+import glob
 import os
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from torchsim_diff.corpus import write_atomic
+from torchsim_diff.corpus import read_entry, write_atomic
 from torchsim_diff.layout import LAYOUT_CLASSES
 from torchsim_diff.ops import all_ops
 from torchsim_diff.strategies import cases
@@ -44,24 +47,34 @@ def greedy_cover(pool: list, wanted: set) -> list:
     return chosen, missing
 
 
+def existing(out: str) -> list:
+    return [read_entry(path).case for path in sorted(glob.glob(os.path.join(out, "seed-*.json")))]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join("corpora", "seed"))
     parser.add_argument("--draws", type=int, default=600)
+    parser.add_argument("--extend", action="store_true", help="keep the entries there, add only what they miss")
     args = parser.parse_args()
+    kept = existing(args.out) if args.extend else []
+    have = {dtype: set().union(*[features(c) for c in kept if (c.dtype == "int64") == (dtype == "int64")])
+            for dtype in ("float32", "int64")}
     layouts = {("layout", c) for c in LAYOUT_CLASSES}
     float_ops = {("op", n) for n, s in all_ops().items() if s.supports("float32")}
-    chosen, missing = greedy_cover(draw_cases("float32", args.draws, 6), float_ops | layouts)
+    chosen, missing = greedy_cover(draw_cases("float32", args.draws, 6), (float_ops | layouts) - have["float32"])
     # Integer cases: the integer-only ops, plus a few shared ones for exact comparison.
     int_wanted = {("op", n) for n, s in all_ops().items() if s.dtypes == "int"}
     int_wanted |= {("op", n) for n in ("sum", "cumsum", "sort", "scatter_add", "floor_divide")}
-    int_chosen, int_missing = greedy_cover(draw_cases("int64", args.draws // 2, 6), int_wanted)
-    half, _ = greedy_cover(draw_cases("float16", args.draws // 4, 4), {("op", "sum"), ("op", "softmax")})
-    for i, case in enumerate(chosen + int_chosen + half[:1]):
+    int_chosen, int_missing = greedy_cover(draw_cases("int64", args.draws // 2, 6), int_wanted - have["int64"])
+    half = [] if any(c.dtype == "float16" for c in kept) else \
+        greedy_cover(draw_cases("float16", args.draws // 4, 4), {("op", "sum"), ("op", "softmax")})[0][:1]
+    for i, case in enumerate(chosen + int_chosen + half, start=len(kept)):
         note = f"ops: {', '.join(case.ops)}; layouts: {', '.join(case.layouts)}"
         write_atomic(os.path.join(args.out, f"seed-{i:02d}-{case.dtype}.json"), {"note": note, "case": case.to_dict()})
     uncovered = sorted(missing | int_missing)
-    print(f"wrote {len(chosen) + len(int_chosen) + min(1, len(half))} entries; uncovered: {uncovered or 'none'}")
+    print(f"kept {len(kept)}, wrote {len(chosen) + len(int_chosen) + len(half)} entries; "
+          f"uncovered: {uncovered or 'none'}")
 
 
 if __name__ == "__main__":
