@@ -216,3 +216,40 @@ def test_record_without_case_or_route_is_refused(add_case, tmp_path):
         repro.write_bundle({"route": "inductor"}, str(tmp_path / "a"))
     with pytest.raises(repro.BundleError, match="'route'"):
         repro.write_bundle(_record(add_case, route=None), str(tmp_path / "b"))
+
+
+# -- adapter bugs: the kernel through triton-adapter-opt alone -----------------------------------
+ADAPTER_OUTCOMES = {  # a stand-in adapter's shell body -> repro.py's exit status and verdict
+    "echo 'error: strides must not be zero' >&2; kill -ABRT $$": (1, "strides must not be zero"),
+    "echo '  %3 = tt.reduce %2'": (1, "tt.reduce left unconverted"),
+    "echo '  %3 = linalg.generic'": (0, "FIXED"),
+}
+
+
+@pytest.mark.parametrize("body", list(ADAPTER_OUTCOMES), ids=["aborts", "leaves-tt-op", "converts"])
+def test_adapter_repro_runs_the_kernel_through_the_adapter_alone(body, tmp_path):
+    from torchsim_diff import adapter_repro
+    fake = tmp_path / "triton-adapter-opt"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    (tmp_path / adapter_repro.KERNEL_FILE).write_text("tt.func @k() { tt.return }\n")
+    (tmp_path / "repro.py").write_text(adapter_repro.render_script("triton-adapter (triton-spike): a title"))
+    env = {**_clean_env(), "TRITON_ADAPTER_OPT": str(fake)}
+    done = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True, env=env)
+    status, verdict = ADAPTER_OUTCOMES[body]
+    assert done.returncode == status and verdict in done.stdout, done.stdout + done.stderr
+    env.pop("TRITON_ADAPTER_OPT")
+    env["PATH"] = "/nonexistent"
+    missing = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True, env=env)
+    assert missing.returncode == 2 and "triton-adapter-opt not found" in missing.stdout
+
+
+def test_adapter_kernel_is_the_one_the_adapter_stopped_on(tmp_path):
+    from torchsim_diff import adapter_repro
+    for name, files in (("a-ok", ["kernel.fixed.ttir", "kernel.linalg.mlir"]), ("b-stopped", ["kernel.fixed.ttir"])):
+        (tmp_path / name).mkdir()
+        for f in files:
+            (tmp_path / name / f).write_text("")
+    assert adapter_repro.failing_kernel(str(tmp_path)) == str(tmp_path / "b-stopped" / "kernel.fixed.ttir")
+    assert adapter_repro.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "adapter: x"})
+    assert not adapter_repro.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "ttir: x"})

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 
-from torchsim_diff import layout
+from torchsim_diff import adapter_repro, layout
 from torchsim_diff.graph import Case, CaseError
 
 INLINE_ELEMENTS = 64          # larger storages go to inputs.pt instead of repro.py
@@ -450,6 +450,8 @@ def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None,
         _write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
     note = record.get("note") or ""
     _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, note=note, inputs_file=inputs_file))
+    if adapter_repro.is_adapter_bug(record):
+        artifacts_dir = _adapter_bundle(record, case, to_dir, artifacts_dir) or artifacts_dir
     if route == "triton" and minimise:
         record = {**record, "shims": minimise_shims(to_dir)}
     if run:
@@ -458,6 +460,28 @@ def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None,
                              os.path.join(to_dir, "artifacts"))
     _write_text(os.path.join(to_dir, "ISSUE.md"), render_issue(record, case, to_dir, copied))
     return to_dir
+
+
+def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | None) -> str | None:
+    """Ship the kernel the adapter fails on and a repro.py that runs the adapter alone; the
+    artifact folder it came from (a replay on triton-spike when the record has none)."""
+    source = artifacts_dir or record.get("reduced_artifacts") or record.get("artifacts")
+    ttir = adapter_repro.failing_kernel(source)
+    if ttir is None:
+        import tempfile
+        source = adapter_repro.replay_artifacts(case, tempfile.mkdtemp(prefix="torchsim-diff-adapter-"))
+        ttir = adapter_repro.failing_kernel(source)
+    if ttir is None:
+        return None
+    from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_ENV, adapter_path
+    if adapter_path():       # the quoted run finds the adapter where the route does
+        os.environ.setdefault(ADAPTER_ENV, adapter_path())
+    adapter_repro.write_kernel(ttir, to_dir)
+    os.remove(os.path.join(to_dir, "judge.py"))       # no values are compared
+    head = [title(record, case)] + ([f"Known bug: {record['note']}"] if record.get("note") else [])
+    head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case)}` ({adapter_repro.KERNEL_FILE}).")
+    _write_text(os.path.join(to_dir, "repro.py"), adapter_repro.render_script("\n".join(head)))
+    return source
 
 
 def entry_record(entry) -> dict:
@@ -525,7 +549,11 @@ def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
         parts += ["`mlir_host.py` (next to the script) lowers torch-mlir's linalg output to LLVM with the "
                   "pass pipeline of torch-mlir's RefBackend (results as out-parameters) and runs it on this "
                   "host with MLIR's ExecutionEngine.", ""]
-    if record["route"] not in IMPORT_ONLY or runs_on_host(record, case):
+    if adapter_repro.is_adapter_bug(record) and os.path.exists(os.path.join(bundle, adapter_repro.KERNEL_FILE)):
+        parts += [f"`{adapter_repro.KERNEL_FILE}` (next to the script) is the kernel as it reached the adapter: "
+                  "Inductor's Triton kernel lowered to TTIR by Triton 3.9 (CPU target), with torchsim-diff's "
+                  "TTIR fix-ups for the adapter's older Triton dialect.", ""]
+    elif record["route"] not in IMPORT_ONLY or runs_on_host(record, case):
         parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails "
                   "when it is further from float64 than eager's own error allows, by a margin.", ""]
     parts += [versions, "", "```", versions_text(record["route"], project).rstrip("\n"), "```", ""]
