@@ -158,3 +158,12 @@ def test_a_ttir_compilation_error_is_summarised_by_what_went_wrong_not_its_locat
                                         "and float32")
     assert error_summary(CompilationError("x = a + b", node, "bad\nmore")) == "CompilationError: bad"
     assert error_summary(ValueError("one\ntwo")) == "ValueError: one"
+
+
+def test_a_value_kept_live_by_a_discrete_access_is_another_adapter_bucket():
+    from torchsim_diff.routes.triton_spike.toolchain import error_lines
+    log = ("k.py:32:5: error: failed to legalize unresolved materialization from ('memref<1x16xf32>') to "
+           "'tensor<1x16x!tt.ptr<f32>>' that remained live after conversion\n"
+           "k.py:32:5: note: see existing live user here: tt.store %48, %s, %52 {DiscreteMemAccess} : tensor<1x16>\n")
+    tile = log.replace(" {DiscreteMemAccess}", "")
+    assert error_lines(log) == error_lines(tile) + " (live user: a discrete memory access)"

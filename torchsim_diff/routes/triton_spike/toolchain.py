@@ -141,12 +141,16 @@ def error_lines(log: str, limit: int = 4) -> str:
     unresolved materialization left out (the adapter names whichever it meets first)."""
     errors = [_normalised(line) for line in log.splitlines() if _ERROR.search(line)][:limit]
     if errors:
-        return " | ".join(dict.fromkeys(errors))
+        # the types are dropped, but a value kept live by a discrete (gather/scatter) access is
+        # another adapter path than a tile's: kept apart
+        discrete = " (live user: a discrete memory access)" if _DISCRETE_USER.search(log) else ""
+        return " | ".join(dict.fromkeys(errors)) + discrete
     # a crash without an error line: what precedes LLVM's stack dump, not the dump's addresses
     before_dump = re.split(r"^(?:PLEASE submit|Stack dump:|#0 )", log, maxsplit=1, flags=re.M)[0].strip()
     return before_dump[-600:] or "no message before the stack dump"
 
 
+_DISCRETE_USER = re.compile(r"existing live user here: .*\{DiscreteMemAccess\}")
 _MISSING_SOFT_FLOAT = re.compile(r"undefined reference to `(__\w*(?:hf|bf)\w*)'")
 _ERROR = re.compile(r"error|undefined reference|Assertion .* failed|UNREACHABLE", re.I)
 _LOCATION = re.compile(r"^\S*:\d+(?::\d+)?: ")
