@@ -136,8 +136,10 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             result.cases += len(pending)
             pending.clear()
 
+        from torchsim_diff.ray_campaign import _no_local_constants
         try:
-            one_case()
+            with _no_local_constants():     # else a second campaign in one process drew other cases
+                one_case()
             run_pending()
         except _CampaignDone:
             run_pending()
