@@ -21,6 +21,7 @@ from torchsim_diff.buckets import BucketStore, smallest_per_bucket
 from torchsim_diff.check import Checker, Verdict
 from torchsim_diff.kinds import Kind, Status
 from torchsim_diff.opfigures import OpFigures
+from torchsim_diff.pipeline import Pipeline
 from torchsim_diff.progress import Board, Display, ProgressThread
 from torchsim_diff.results import ResultsWriter
 from torchsim_diff.routes import route_class
@@ -113,38 +114,57 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             if budget is not None and budget.left() <= 0:
                 raise _CampaignDone
             pending.append(case)
-            if len(pending) >= opts.batch or result.cases + len(pending) >= opts.max_examples:
-                run_pending()
-            if result.cases >= opts.max_examples:
+            if len(pending) >= opts.batch or drawn[0] + len(pending) >= opts.max_examples:
+                submit()
+            if drawn[0] >= opts.max_examples:
                 raise _CampaignDone
 
         pending: list = []
+        drawn = [0]       # cases handed to the pipeline
 
-        def run_pending():
-            """Every route on the cases drawn so far (one, or a batch with --batch)."""
-            if not pending:
-                return
+        def records_of(cases: list) -> tuple:
+            """(cases, records) of every route on `cases`; runs on the pipeline's thread."""
+            records = []
             for route in opts.routes:
-                for verdict in _verdicts(checker, timeouts, budget, pending, route, available, result):
+                for verdict in _verdicts(checker, timeouts, budget, cases, route, available, result):
                     refined = refiner.refine(verdict) if refiner and route in available else {}
                     record = {**verdict.record(), **refined}
                     record["op_errors"] = op_figures.for_verdict(checker, verdict, timeouts.steady(route))
+                    records.append(record)
+            return len(cases), records
+
+        def write(done: list) -> None:
+            for n_cases, records in done:
+                for record in records:
                     writer.write(record)
                     result.records.append(record)
                     if store is not None and record["status"] == Status.FAIL.value and store.add(record):
                         store.save()
-            result.cases += len(pending)
-            pending.clear()
+                result.cases += n_cases
+
+        # The next case is drawn while this one compiles: safe only because the draws ignore
+        # constants mined from modules the pipeline's thread may import meanwhile.
+        pipeline = Pipeline(records_of)
+
+        def submit():
+            if pending:
+                write(pipeline.submit(list(pending)))
+                drawn[0] += len(pending)
+                pending.clear()
 
         from torchsim_diff.ray_campaign import _no_local_constants
         try:
-            with _no_local_constants():     # else a second campaign in one process drew other cases
-                one_case()
-            run_pending()
-        except _CampaignDone:
-            run_pending()
+            try:
+                with _no_local_constants():     # else a second campaign in one process drew other cases
+                    one_case()
+            except _CampaignDone:
+                pass
+            submit()
+            write(pipeline.drain())
         except KeyboardInterrupt:
             result.interrupted = True
+        finally:
+            pipeline.abandon()      # after a drain nothing is in flight; else wait before the workers close
         progress.stop()
     if store is not None:
         store.save()
