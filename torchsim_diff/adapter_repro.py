@@ -13,6 +13,7 @@ import os
 import shutil
 
 KERNEL_FILE = "kernel.ttir"
+REPLAY_TIMEOUT_S = 600      # one replay, not a campaign: Inductor, TTIR and the adapter on a loaded machine
 
 
 def is_adapter_bug(record: dict) -> bool:
@@ -34,7 +35,7 @@ def failing_kernel(artifact_dir: str | None) -> str | None:
 def replay_artifacts(case, out_dir: str) -> str | None:
     """Run `case` on triton-spike once and return its artifact folder (None if it did not fail there)."""
     from torchsim_diff.check import Checker
-    with Checker(out_dir=out_dir) as checker:
+    with Checker(out_dir=out_dir, timeout_s=REPLAY_TIMEOUT_S) as checker:
         verdict = checker.check(case, "triton-spike")
     return verdict.artifact_dir if verdict.stage == "adapter" else None
 
