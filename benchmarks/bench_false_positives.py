@@ -59,6 +59,7 @@ class Tally:
         self.old_value_failures = 0
         self.failing = [0, 0]        # failing cases of any kind: before, now
         self.other_failures = collections.Counter()
+        self.other_buckets: dict = {}    # bucket -> {"kind", "known", "count", "message"} of non-value failures
         self.discrete = 0
         self.unstable = 0
         self.by_op = collections.defaultdict(list)
@@ -74,6 +75,9 @@ class Tally:
         self.old_value_failures += data["old_value_failures"]
         self.failing = [a + b for a, b in zip(self.failing, data["failing"])]
         self.other_failures.update(data["other_failures"])
+        for bucket, seen in data.get("other_buckets", {}).items():
+            mine = self.other_buckets.setdefault(bucket, dict(seen, count=0))
+            mine["count"] += seen["count"]
         self.discrete += data["discrete"]
         self.unstable += data["unstable"]
         for op, values in data["by_op"].items():
@@ -81,18 +85,20 @@ class Tally:
         self.seconds += data["seconds"]
 
 
-def known_signatures() -> set:
-    """(route, kind, op) of the corpora/known entries."""
-    found = set()
-    for entry, _ in iter_entries([os.path.join(REPO, "corpora", "known")]):
-        if entry is not None and entry.kind == KNOWN:
-            sig = entry.raw.get("signature", "").split("|")
-            found.add((entry.route, entry.raw.get("kind"), sig[2] if len(sig) > 2 else None))
-    return found
+class Known:
+    """The corpora/known entries: (route, kind, op) of each, and their buckets."""
+
+    def __init__(self):
+        self.signatures, self.buckets = set(), set()
+        for entry, _ in iter_entries([os.path.join(REPO, "corpora", "known")]):
+            if entry is not None and entry.kind == KNOWN:
+                sig = entry.raw.get("signature", "").split("|")
+                self.signatures.add((entry.route, entry.raw.get("kind"), sig[2] if len(sig) > 2 else None))
+                self.buckets.add(entry.bucket)
 
 
-def verdict_of(v, known: set) -> str:
-    if (v.route, v.kind.value, v.op) in known:
+def verdict_of(v, known: Known) -> str:
+    if (v.route, v.kind.value, v.op) in known.signatures:
         return "known bug"
     ratio = _error_over_allowed(v.message)
     if ratio is not None and ratio >= REAL_BUG_RATIO:
@@ -123,7 +129,7 @@ def judge_both(checker: Checker, case, route: str):
 class Run:
     """One process's share of the campaigns: which cases it runs, until when, where it writes."""
 
-    def __init__(self, args, known: set):
+    def __init__(self, args, known: Known):
         self.shard, self.shards = args.shard
         self.start, self.budget = time.monotonic(), args.budget
         self.deadline = None
@@ -200,7 +206,7 @@ def run_route(checker, run: Run, route: str, seeds, n_cases: int, dtype: str, pa
             print(f"  {route}: seed {campaign_seed}'s share of the budget spent", file=sys.stderr, flush=True)
 
 
-def _count(tally: Tally, new, old, known: set) -> None:
+def _count(tally: Tally, new, old, known: Known) -> None:
     tally.cases += 1
     if tally.cases % 50 == 0:
         print(f"  {new.route}: {tally.cases} cases, {len(tally.failures)} value failures", file=sys.stderr, flush=True)
@@ -216,9 +222,18 @@ def _count(tally: Tally, new, old, known: set) -> None:
         tally.failures.append(_failure(new, known))
     elif new.failed:
         tally.other_failures[new.kind.value] += 1
+        _count_bucket(tally, new, known)
 
 
-def _failure(v, known: set) -> dict:
+def _count_bucket(tally: Tally, v, known: Known) -> None:
+    """Non-value failures by bucket, with one message each, for the bucket table."""
+    seen = tally.other_buckets.setdefault(v.bucket, {
+        "kind": v.kind.value, "known": v.bucket in known.buckets, "count": 0,
+        "message": v.message.splitlines()[0][:110] if v.message else ""})
+    seen["count"] += 1
+
+
+def _failure(v, known: Known) -> dict:
     """A value failure as plain data, with its case so that it can be replayed."""
     return {"route": v.route, "case_id": v.case.case_id, "kind": v.kind.value, "op": v.op,
             "verdict": verdict_of(v, known), "worst": v.message.splitlines()[-1][:110] if v.message else "",
@@ -238,6 +253,11 @@ def report(tallies: dict) -> int:
     print(tabulate(rows, ["route", "cases", "failing before / now", "value failures before", "value failures now",
                           "known bug", "real bug", "review (FP?)", "other failures", "unstable discrete elements",
                           "s"]))
+    buckets = [[route, b, o["kind"], o["count"], "known bug" if o["known"] else "NEW", o["message"]]
+               for route, t in tallies.items() for b, o in sorted(t.other_buckets.items())]
+    if buckets:
+        print("\nOther failures by bucket:")
+        print(tabulate(buckets, ["route", "bucket", "kind", "cases", "verdict", "message"]))
     if listed:
         print("\nValue failures now:")
         print(tabulate(listed, ["route", "case", "kind", "op", "verdict", "worst element"]))
@@ -327,7 +347,7 @@ def main(argv=None) -> int:
     except ValueError:
         print(f"--seeds={args.seeds!r} is not a comma-separated list of integers", file=sys.stderr)
         return 2
-    run = Run(args, known_signatures())
+    run = Run(args, Known())
     with Checker(out_dir=args.out, timeout_s=args.timeout) as checker:
         if args.known:
             known_before_after(checker)
