@@ -177,6 +177,16 @@ def test_ulp_is_measured_against_the_truth_floored_at_the_smallest_normal_and_ab
     assert flags.max_ulp is None
 
 
+def test_where_float64_overflows_the_dtype_any_nonfinite_passes_and_a_finite_value_fails():
+    # A conv sum of near-overflow terms: float64 gives 7.2e75, eager -Inf, another order NaN.
+    eager, truth = torch.tensor([1.0, -math.inf]), torch.tensor([1.0, 7.2e75], dtype=torch.float64)
+    assert judge.compare(torch.tensor([1.0, math.nan]), eager, truth)[0] is None
+    assert judge.compare(torch.tensor([1.0, math.inf]), eager, truth)[0] is None
+    assert judge.compare(torch.tensor([1.0, 3.0e38]), eager, truth)[0].kind == "nonfinite_mismatch"
+    in_range = torch.tensor([1.0, 2.0], dtype=torch.float64)      # no overflow in float64: NaN still fails
+    assert judge.compare(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0]), in_range)[0].kind == "nonfinite_mismatch"
+
+
 @pytest.mark.parametrize("got,want,kind,fragment", [
     (torch.zeros(2, 3), torch.zeros(3, 2), "shape_mismatch", "shape [2, 3] != eager's [3, 2]"),
     (torch.zeros(3, dtype=torch.float16), torch.zeros(3), "dtype_mismatch", "dtype torch.float16"),
