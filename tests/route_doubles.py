@@ -199,5 +199,19 @@ class AdapterBugRoute(Route):
         return _Eager(program)
 
 
-for _cls in (DiesAtStartRoute, AdapterBugRoute):
+class SlowStartRoute(Route):
+    """Correct, but its one-time set-up takes SLOW_START_S seconds (a first compile that
+    is slower than the case limit, as Inductor's is on some machines)."""
+
+    name = "double-slow-start"
+    SLOW_START_S = 4.0
+
+    def setup(self):
+        time.sleep(self.SLOW_START_S)
+
+    def compile(self, program, example_inputs, ctx):
+        return _Eager(program)
+
+
+for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute):
     DOUBLES[_cls.name] = f"tests.route_doubles:{_cls.__name__}"

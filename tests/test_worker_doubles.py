@@ -65,6 +65,14 @@ def test_hang_is_a_timeout_and_the_run_goes_on(tmp_path, double_routes, add_case
         assert checker.check(with_seed(add_case, 4), "double-hang").status == Status.PASS
 
 
+def test_start_up_is_not_timed_against_the_first_case(tmp_path, double_routes, add_case):
+    from tests.route_doubles import SlowStartRoute
+    limit = SlowStartRoute.SLOW_START_S / 2
+    with Checker(out_dir=str(tmp_path), timeout_s=limit) as checker:
+        first = checker.check(add_case, "double-slow-start")
+        assert first.status == Status.PASS, first.message
+
+
 def test_compile_error_keeps_its_message_and_buckets_by_it(checker, add_case):
     exp_case = make_case(
         nodes=[{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}],

@@ -135,7 +135,13 @@ class Route:
         return True, ""
 
     def setup(self) -> None:
-        """Called once in the worker before the first case (warm-up, env, shims)."""
+        """Called once in the worker before the first case (env, shims)."""
+
+    def warm_up(self) -> None:
+        """Called once in a fresh worker after setup, before its first case is timed: pay
+        one-time costs here (imports, a compiler's first-use initialisation)."""
+        import torch
+        torch.zeros(1).add_(1)
 
     def compile(self, program: Callable, example_inputs: Sequence[Any], ctx: RunContext) -> Compiled:
         raise NotImplementedError

@@ -24,6 +24,12 @@ class InductorRoute(Route):
         torch.set_num_threads(1)
         share_precompiled_headers()
 
+    def warm_up(self):
+        # Inductor's first compile in a process initialises its C++ toolchain checks and
+        # caches: 7-16 s here, about 60 s per process on a GPU machine's image.
+        import torch
+        compile_options.compile_program(_increment, self.options)(torch.zeros(4))
+
     def __init__(self, options: dict | None = None):
         super().__init__(options)
         chosen = compile_options.settings(self.options)   # a bad value fails here, before any worker starts
@@ -39,6 +45,10 @@ class InductorRoute(Route):
     def versions(self):
         import torch
         return {"torch": torch.__version__, **compile_options.settings(self.options)}
+
+
+def _increment(x):
+    return x + 1
 
 
 def share_precompiled_headers() -> None:

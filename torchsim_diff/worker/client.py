@@ -76,9 +76,10 @@ class RouteWorker:
         self.start_failed = False
         self.abandoned: str | None = None
         self._hello: dict | None = None
+        self._warmed = False
 
     # -- lifecycle -------------------------------------------------------------------
-    def start(self) -> dict:
+    def start(self, warm: bool = False) -> dict:
         cls = route_class(self.route_name)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
@@ -94,17 +95,28 @@ class RouteWorker:
         self.proc = subprocess.Popen(
             [cls.interpreter(), "-m", "torchsim_diff.worker.server", self.route_name, json.dumps(self.options)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=self.work_root)
-        self._hello = self._request({"request": Request.HELLO.value}, STARTUP_TIMEOUT_S)
+        self._warmed = False
+        self._hello = self._greet(warm)
         return self._hello
 
-    def hello(self) -> dict:
-        """Availability, reason and versions (starts the worker if needed).
+    def _greet(self, warm: bool) -> dict:
+        hello = self._request({"request": Request.HELLO.value, "warm": warm}, STARTUP_TIMEOUT_S)
+        self._warmed = warm
+        return hello
+
+    def hello(self, warm: bool = False) -> dict:
+        """Availability, reason and versions (starts the worker if needed). With `warm`, the
+        worker also sets its route up and pays one-time costs within STARTUP_TIMEOUT_S, so
+        the first case's limit is not spent on start-up.
 
         A worker that dies before answering has not said the route cannot run: the reply
         says available, with `start_failed` set, and its cases become `crash` at `start`."""
-        if self._hello is None or not self.alive():
+        if self._hello is None or not self.alive() or (warm and not self._warmed):
             try:
-                self.start()
+                if self.alive():
+                    self._hello = self._greet(warm)
+                else:
+                    self.start(warm)
                 self.start_failed = False
             except WorkerGone as gone:
                 self._kill()
@@ -143,10 +155,10 @@ class RouteWorker:
         while the route compiles; `collect` gives its Outcome. One case in flight at a time."""
         if self.abandoned:
             return Pending(Outcome.failed(Kind.CRASH, "start", self.abandoned, abandoned=True), counted=False)
-        if not self.alive():
-            if self.proc is not None:
+        if not self.alive() or not self._warmed:
+            if self.proc is not None and not self.alive():
                 self.restarts += 1
-            self.hello()
+            self.hello(warm=True)
         if self.start_failed:
             return Pending(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]))
         if not self._hello.get("available"):

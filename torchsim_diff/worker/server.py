@@ -38,7 +38,10 @@ class WorkerServer:
         return handler(message)
 
     def on_hello(self, message: dict) -> dict:
-        """Availability and component versions of the route."""
+        """Availability and component versions of the route; with `warm`, the route is also
+        set up and pays its one-time costs now (see _warm_up)."""
+        if self.ok and message.get("warm"):
+            self._warm_up()
         versions = {}
         if self.ok:
             try:
@@ -47,6 +50,22 @@ class WorkerServer:
                 versions = {"error": repr(exc)}
         return {"available": self.ok, "reason": self.reason, "versions": versions,
                 "pid": os.getpid(), "python": sys.version.split()[0]}
+
+    def _warm_up(self) -> None:
+        """Set the route up and let it pay its one-time costs (imports, a first compile) under
+        the start-up limit, so a fresh worker's first case is timed like any other case.
+        Without this, a first compile slower than the case limit (seen: about 60 s per process
+        on a GPU machine's image) made every case of every restarted worker time out."""
+        if self.ready:
+            return
+        from torchsim_diff.routes.base import allow_many_programs
+        try:
+            allow_many_programs()
+            self.route.setup()
+            self.ready = True
+            self.route.warm_up()
+        except Exception:  # noqa: BLE001 - a set-up failure is reported by the first case, as before
+            traceback.print_exc()
 
     def on_shutdown(self, message: dict) -> dict:
         """Acknowledge; the loop exits after answering."""
