@@ -16,6 +16,8 @@ SAME_BUG = [
      "RuntimeError: triton_poi_fused_add_mul_12 failed at 0x55aa00ff"),
     ("worker killed by SIGSEGV\nFatal Python error: Segmentation fault\nThread 0x00007f (most recent call first)",
      "worker killed by SIGSEGV\nFatal Python error: Segmentation fault\nThread 0x00009a (most recent call first)"),
+    ("IndexError: index out of range in self",
+     "RuntimeError: index -30720 is out of bounds for dimension 1 with size 9"),
 ]
 DIFFERENT_BUGS = [
     ("LoweringException: cannot lower exp", "LoweringException: cannot lower log"),

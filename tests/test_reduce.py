@@ -220,6 +220,24 @@ def test_a_read_bug_seen_as_a_nan_and_as_a_wrong_value_is_one_bucket(zoo_routes,
     assert "offset" in fields[0]["trigger"]
 
 
+def test_two_layout_bugs_ending_in_one_index_error_keep_two_buckets(zoo_routes, tmp_path):
+    """An index read past its offset and one walked past a stride-0 dim both end in torch's
+    index error; the ablation trigger (offset, broadcast) keeps them apart."""
+    weight = ("x1", [3, 2], [2, 1], 0, 6, {})
+
+    def embedding(index):
+        return make_case([{"id": "v0", "op": "embedding", "args": ["x0", "x1"], "attrs": {}}],
+                         [index, weight], ["v0"])
+    index = {"dtype": "int64", "domain": {"kind": "index", "high": 3}}
+    offset, _ = _refined("zoo-offset-dropped", [embedding(("x0", [2], [1], 2, 4, {**index, "classes": ["offset"]}))],
+                         tmp_path / "offset")
+    walked, _ = _refined("zoo-stride0-past-storage",
+                         [embedding(("x0", [2], [0], 0, 1, {**index, "classes": ["broadcast"]}))], tmp_path / "walked")
+    assert [v.kind.value for v in offset + walked] == ["runtime_error"] * 2, [v.message for v in offset + walked]
+    assert offset[0].signature.endswith("|offset") and walked[0].signature.endswith("|broadcast"), \
+        (offset[0].signature, walked[0].signature)
+
+
 def test_session_end_refinements_replace_the_buckets_of_their_records(tmp_path):
     import json
     (tmp_path / f"{reduce.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(

@@ -16,6 +16,10 @@ from torchsim_diff.kinds import Kind
 VALUE_KINDS = {Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION,
                Kind.SHAPE_MISMATCH, Kind.DTYPE_MISMATCH, Kind.NONDETERMINISTIC}
 _PATTERNS = [
+    # torch words one out-of-range index two ways (IndexError from embedding/index_select,
+    # RuntimeError from gather/scatter): one symptom.
+    (re.compile(r"(?:IndexError|RuntimeError): (?:index out of range in self"
+                r"|index -?\d+ is out of bounds for dimension \d+ with size \d+)"), "index out of bounds"),
     (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-+@]+)+/?"), "<path>"),
     # Inductor's generated kernel names spell out the fused ops: one bug, many names.
     (re.compile(r"\b(?:triton|cpp|pytorchsim_triton_compiler|triton_npu)_(?:poi|per|red|tem|for|fused)\w*"), "<kernel>"),
@@ -101,6 +105,11 @@ def op_key(op: str | None) -> str:
     except UnknownOp:
         family = None
     return f"{family}:*" if family in KERNEL_FAMILIES else (op or "?")
+
+
+def with_trigger(signature_text: str, trigger) -> str:
+    """An error's signature with the layout or dtype features it needs (unchanged when none)."""
+    return f"{signature_text}|{'+'.join(sorted(trigger))}" if trigger else signature_text
 
 
 def refined_signature(route: str, kind: Kind | str, first_op: str | None, trigger) -> str:

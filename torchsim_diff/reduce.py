@@ -28,6 +28,7 @@ import torch
 from torchsim_diff import classify, layout, values
 from torchsim_diff.check import Checker
 from torchsim_diff.graph import Case, CaseError
+from torchsim_diff.kinds import Kind
 from torchsim_diff.ops import get_op
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
@@ -609,7 +610,8 @@ class Refinement:
 
     def fields(self) -> dict:
         """Extra results.jsonl fields of a refined record."""
-        return {"reduced_case": self.reduced, "first_op": self.first_op, "trigger": self.trigger,
+        return {"signature": self.signature, "reduced_case": self.reduced, "first_op": self.first_op,
+                "trigger": self.trigger,
                 "reduce_s": round(self.seconds, 3), "reduce_runs": self.runs,
                 "reduced_artifacts": self.reduced_artifacts}
 
@@ -658,6 +660,13 @@ class Refiner:
             if not minimal.case.nodes:   # no op left: a NaN is only what was read, like any wrong value
                 kind = classify.REDUCTION_KIND.get(kind, kind)
             signature = classify.refined_signature(verdict.route, kind, first_op, trigger)
+        elif minimal.failed and minimal.kind != Kind.TIMEOUT:
+            # An error that vanishes with a layout feature (an index read through the wrong
+            # strides, say) is that layout's bug: the trigger keeps two such bugs apart even
+            # where the error they end in reads the same. A hang is not ablated: each try
+            # would cost a timeout.
+            trigger = self._trigger(minimal)
+            signature = classify.with_trigger(minimal.signature, trigger)
         refinement = Refinement(signature or verdict.signature, result.reduced.to_dict(), first_op, trigger,
                                 time.perf_counter() - started, result.runs + 1,
                                 minimal.artifact_dir if minimal.artifacts else None)
