@@ -19,6 +19,7 @@ average is printed with each row: on a shared machine, other work distorts the f
 Figures are printed, never asserted.
 """
 import argparse
+import contextlib
 import glob
 import os
 import signal
@@ -59,7 +60,7 @@ def _plugin_option() -> list:
 
 def measure(route: str, workers: int, args) -> dict:
     """Run one window; return cases, rates and the load average at its end."""
-    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as report_dir:
+    with _report_dir(args.keep, f"{route}-x{workers}") as report_dir:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
         proc = subprocess.Popen(pytest_command(route, workers, report_dir, args), cwd=REPO, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -83,15 +84,30 @@ def measure(route: str, workers: int, args) -> dict:
             "steady_rate": steady, "first_all_s": all_started, "load": os.getloadavg()[0]}
 
 
-def warm(route: str) -> float:
-    """Seconds to run one case of `route` in one process (builds the shared machine state)."""
+@contextlib.contextmanager
+def _report_dir(keep: str | None, name: str):
+    """A window's report folder: kept under `keep` (its records are a campaign's), else temporary."""
+    if keep:
+        path = os.path.join(keep, name)
+        os.makedirs(path, exist_ok=True)
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as path:
+        yield path
+
+
+def warm(route: str) -> tuple:
+    """(seconds, exit status) of one case of `route` in one process (builds the shared machine
+    state); a non-zero status means the machine was not warmed, and its message is printed."""
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="bench-scaling-warm-") as out:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
-        subprocess.run([sys.executable, "-m", "torchsim_diff", "fuzz", "--routes", route, "--max-examples", "1",
-                        "--no-reduce", "--buckets", "none", "--out", out], cwd=REPO, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.monotonic() - t0
+        done = subprocess.run([sys.executable, "-m", "torchsim_diff", "fuzz", "--routes", route, "--max-examples", "1",
+                               "--no-reduce", "--buckets", "none", "--out", out], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    if done.returncode not in (0, 1):          # 1: the one case failed, which still warms
+        sys.stderr.write(done.stderr[-2000:])
+    return time.monotonic() - t0, done.returncode
 
 
 def _stop(proc) -> None:
@@ -138,11 +154,13 @@ def main():
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default: 120)")
     parser.add_argument("--no-warm", dest="warm", action="store_false",
                         help="measure from a cold machine (the first window then builds Inductor's header)")
+    parser.add_argument("--keep", metavar="DIR", help="keep each window's report folder under DIR")
     args = parser.parse_args()
     rows = []
     for route in args.routes.split(","):
         if args.warm:
-            sys.stderr.write(f"{route}: warmed in {warm(route):.1f} s\n")
+            seconds, status = warm(route)
+            sys.stderr.write(f"{route}: warmed in {seconds:.1f} s (exit status {status})\n")
         for workers in (int(w) for w in args.workers.split(",")):
             rows.append(measure(route, workers, args))
             sys.stderr.write(f"{route} x{workers}: {rows[-1]['cases']} cases in {args.window:g} s\n")
