@@ -25,7 +25,8 @@ def _references(program, inputs, dtype):
 
 def _judge(got, eager, truth, allowance, i=0, *, carried=True):
     return judge.compare(got, eager, truth, carried=allowance.outputs[i] if carried else None,
-                         sensitivity=allowance.sensitivity[i], unstable=allowance.unstable[i])
+                         sensitivity=allowance.sensitivity[i], unstable=allowance.unstable[i],
+                         overflow=allowance.overflow[i] if carried else None)
 
 
 # -- the two false positives, at unit level ---------------------------------------------
@@ -185,6 +186,46 @@ def test_where_float64_overflows_the_dtype_any_nonfinite_passes_and_a_finite_val
     assert judge.compare(torch.tensor([1.0, 3.0e38]), eager, truth)[0].kind == "nonfinite_mismatch"
     in_range = torch.tensor([1.0, 2.0], dtype=torch.float64)      # no overflow in float64: NaN still fails
     assert judge.compare(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0]), in_range)[0].kind == "nonfinite_mismatch"
+
+
+def _sum_of(x):
+    return (torch.sum(x),)
+
+
+def test_a_sum_whose_partial_sums_overflow_may_be_any_nonfinite_though_its_truth_is_finite():
+    # The mlir/spike conv1d false positive: eager's order overflows to +Inf, another gives NaN.
+    x = torch.tensor([3e38, 3e38, -3e38, -2.9e38]).double()
+    (truth,), (eager,), allowance = _references(_sum_of, [x], torch.float32)
+    assert math.isfinite(truth) and abs(float(truth)) < 1e38 and not math.isfinite(eager)
+    route = torch.tensor(math.nan)                                     # (a + b) + (c + d) = Inf - Inf
+    assert _judge(route, eager, truth, allowance, carried=False)[0].kind == "nonfinite_mismatch"
+    assert _judge(route, eager, truth, allowance)[0] is None
+
+
+def test_a_nonfinite_value_where_nothing_reaches_the_overflow_scale_still_fails():
+    x = torch.tensor([3.0, 3.0, -3.0, -2.9]).double()
+    (truth,), (eager,), allowance = _references(_sum_of, [x], torch.float32)
+    assert not bool(allowance.overflow[0].any())
+    for route in (math.nan, math.inf, -math.inf):
+        assert _judge(torch.tensor(route), eager, truth, allowance)[0].kind == "nonfinite_mismatch"
+
+
+def test_an_overflowing_intermediate_lets_what_it_feeds_be_nonfinite_and_only_that():
+    def program(x, y):
+        return (torch.exp(x) * 1e-30 + y, y * 2.0)       # exp(89) overflows float32, the product does not
+    x, y = torch.tensor([89.0, 1.0]).double(), torch.tensor([1.0, 1.0]).double()
+    (truth, doubled), (eager, _), allowance = _references(program, [x, y], torch.float32)
+    assert allowance.overflow[0].tolist() == [True, False] and not bool(allowance.overflow[1].any())
+    assert _judge(torch.tensor([math.nan, float(eager[1])]), eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([float(truth[0]), math.inf]), eager, truth, allowance)[0].kind == "nonfinite_mismatch"
+
+
+def test_a_value_whose_allowance_reaches_the_dtypes_max_may_round_to_infinity_and_one_far_from_it_may_not():
+    top, eps = torch.finfo(torch.float32).max, torch.finfo(torch.float32).eps
+    near, far = torch.tensor([top * (1 - 4 * eps)], dtype=torch.float64), torch.tensor([1e38], dtype=torch.float64)
+    assert judge.compare(torch.tensor([math.inf]), near.float(), near)[0] is None
+    assert judge.compare(torch.tensor([math.inf]), far.float(), far)[0].kind == "nonfinite_mismatch"
+    assert judge.compare(torch.tensor([-math.inf]), near.float(), near)[0] is None   # either sign: order-dependent
 
 
 @pytest.mark.parametrize("got,want,kind,fragment", [

@@ -126,12 +126,15 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 # -- the comparison ---------------------------------------------------------------------------
 
-def compare(got, eager, truth, *, where: str = "output 0", carried=None, sensitivity=None, unstable=None):
+def compare(got, eager, truth, *, where: str = "output 0", carried=None, sensitivity=None, unstable=None,
+            overflow=None):
     """(Mismatch or None, Stats) for `got` against `eager` (case dtype) and float64 `truth`.
 
     carried: per-element rounding allowance (float64, broadcastable) or None for zero;
     sensitivity: the inputs' conditioning allowance, of which the tensor's max is used;
-    unstable: bool mask of discrete elements not to judge (None: judge all).
+    unstable: bool mask of discrete elements not to judge (None: judge all);
+    overflow: bool mask of elements fed by a node at the dtype's overflow scale (Carried.overflow),
+    where any non-finite value passes (None: none).
     """
     if list(got.shape) != list(eager.shape):
         return Mismatch("shape_mismatch", where, f"{where}: shape {list(got.shape)} != eager's {list(eager.shape)}"), Stats()
@@ -139,7 +142,7 @@ def compare(got, eager, truth, *, where: str = "output 0", carried=None, sensiti
         return Mismatch("dtype_mismatch", where, f"{where}: dtype {got.dtype} != eager's {eager.dtype}"), Stats()
     if not got.dtype.is_floating_point:
         return _compare_exact(got, eager, truth, where, unstable)
-    return _compare_float(got, eager, truth, where, carried, sensitivity)
+    return _compare_float(got, eager, truth, where, carried, sensitivity, overflow)
 
 
 def allowed_error(eager, truth, *, carried=None, sensitivity=None) -> torch.Tensor:
@@ -155,24 +158,32 @@ def allowed_error(eager, truth, *, carried=None, sensitivity=None) -> torch.Tens
         torch.clamp(eager_err, min=floor) + sens) + extra
 
 
-def _compare_float(got, eager, truth, where, carried, sensitivity):
+def _compare_float(got, eager, truth, where, carried, sensitivity, overflow):
     g, e, t = got.double(), eager.double(), truth.double()
     rounded = truth.to(got.dtype).double()
-    # Where float64 itself overflows the dtype, partial sums overflow in every order, and which
-    # non-finite value comes out (+Inf, -Inf or NaN) depends on the order: any non-finite passes.
-    overflowed = torch.isinf(rounded) & torch.isfinite(t) & ~torch.isfinite(g)
-    bad_nonfinite = ~_same_class(g, e) & ~_same_class(g, rounded) & ~overflowed
+    allowed = allowed_error(eager, truth, carried=carried, sensitivity=sensitivity)
+    excused = ~torch.isfinite(g) & _may_be_nonfinite(t, allowed, got.dtype, overflow)
+    bad_nonfinite = ~_same_class(g, e) & ~_same_class(g, rounded) & ~excused
     if bad_nonfinite.any():
         return Mismatch("nonfinite_mismatch", where,
                         message(where, "non-finite pattern differs", bad_nonfinite, g, e)), Stats()
     finite = torch.isfinite(g) & torch.isfinite(e) & torch.isfinite(t)
     err = torch.where(finite, (g - t).abs(), torch.zeros_like(t))
-    allowed = allowed_error(eager, truth, carried=carried, sensitivity=sensitivity)
     stats = _stats(err, torch.where(finite, (e - t).abs(), torch.zeros_like(t)), t, got.dtype, carried)
     wrong = finite & (err > allowed)
     if wrong.any():
         return Mismatch("wrong_values", where, message(where, "values differ", wrong, g, t, err, allowed)), stats
     return None, stats
+
+
+def _may_be_nonfinite(t, allowed, dtype, overflow) -> torch.Tensor:
+    """Where a non-finite value passes whatever its sign or NaN-ness: the finite truth plus
+    what is allowed reaches the dtype's max (float64 itself overflows the dtype, or the
+    value's rounding may), or a node feeding it works at the overflow scale (`overflow`).
+    Partial sums then overflow in some orders, and which of +Inf, -Inf or NaN comes out
+    depends on the order."""
+    near_max = torch.isfinite(t) & (t.abs() + allowed >= torch.finfo(dtype).max)
+    return near_max if overflow is None else near_max | overflow.expand_as(t)
 
 
 def _compare_exact(got, eager, truth, where, unstable):
@@ -441,6 +452,8 @@ class Carried:
     input_sensitivity: list      # ... per input's final state
     unstable: list               # per output: bool mask of unstable discrete elements, or None
     by_op: dict                  # op -> largest allowance it adds to an output, in ulps
+    overflow: list = dataclasses.field(default_factory=list)        # per output: bool mask (_may_overflow)
+    input_overflow: list = dataclasses.field(default_factory=list)  # ... per input's final state
 
 
 def _delta(a, b) -> torch.Tensor:
@@ -490,7 +503,8 @@ def carried(program, inputs, dtype: torch.dtype, *, seed: int = 0) -> Carried:
     out_allow = [torch.zeros_like(a) if u is not None else a + f
                  for a, f, u in zip(node["outputs"], flipped_out, unstable)]
     in_allow = [a + f for a, f in zip(node["inputs"], flipped_in)]
-    return Carried(out_allow, in_allow, sens, input_sens, unstable, by_op)
+    overflow, input_overflow = _may_overflow(runner, dtype)
+    return Carried(out_allow, in_allow, sens, input_sens, unstable, by_op, overflow, input_overflow)
 
 
 def _node_allowances(runner, calls, outputs, finals, eps, gen, dtype):
@@ -547,6 +561,42 @@ def _local(rule, call, eps) -> torch.Tensor:
         return torch.as_tensor(local, dtype=torch.float64).nan_to_num(nan=0.0, posinf=0.0).expand(call.result.shape)
     except (TypeError, ValueError, IndexError, KeyError, RuntimeError):
         return torch.zeros(call.result.shape, dtype=torch.float64)
+
+
+def _may_overflow(runner, dtype):
+    """(per output, per final input) bool masks of the elements fed by a node that works at
+    the dtype's overflow scale: its float64 result, or its own rounding allowance over eps
+    (the magnitude of its products and partial sums), reaches the dtype's max. In the dtype
+    such a node gives +-Inf or NaN in some summation orders, so any non-finite value it
+    feeds is legitimate. Found by one rerun with those elements set to NaN."""
+    eps, top = torch.finfo(dtype).eps, torch.finfo(dtype).max
+
+    def poison(i, call):
+        if call.result.dtype.is_floating_point:
+            reach = _at_overflow_scale(call, eps, top)
+            if bool(reach.any()):
+                _nudge(call.result, torch.where(reach, math.nan, 0.0))
+
+    _, outputs, finals = runner.run(poison)
+    return [_nonfinite(o) for o in outputs], [_nonfinite(f) for f in finals]
+
+
+def _at_overflow_scale(call, eps, top) -> torch.Tensor:
+    magnitude = call.result.detach().double().abs()
+    reach = ~(magnitude < top)                  # beyond max, Inf or NaN in float64 already
+    rule = ROUNDING.get(call.name)
+    if rule is not None:
+        try:
+            with torch.no_grad():
+                own = torch.as_tensor(rule(call.func, call.args, call.kwargs, call.result, eps), dtype=torch.float64)
+            reach = reach | (own >= eps * top).expand(reach.shape)
+        except (TypeError, ValueError, IndexError, KeyError, RuntimeError):
+            pass
+    return reach
+
+
+def _nonfinite(t: torch.Tensor) -> torch.Tensor:
+    return ~torch.isfinite(t) if t.dtype.is_floating_point else torch.zeros(t.shape, dtype=torch.bool)
 
 
 def _probe(runner, calls, outputs, eps, gen, dtype):

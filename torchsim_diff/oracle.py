@@ -60,6 +60,8 @@ class Reference:
     storage_carried: list = dataclasses.field(default_factory=list)
     output_unstable: list = dataclasses.field(default_factory=list)
     carried_by_op: dict = dataclasses.field(default_factory=dict)
+    output_overflow: list = dataclasses.field(default_factory=list)    # any non-finite passes here
+    storage_overflow: list = dataclasses.field(default_factory=list)
 
 
 def run_program(program, inputs):
@@ -87,7 +89,8 @@ def reference(case, program) -> Reference:
     return Reference([o.detach().clone() for o in outputs], [o.detach() for o in truth_outputs],
                      storages, truth_storages, initial, covered, allowance.sensitivity,
                      _on_storages(views, allowance.input_sensitivity, truth_storages), allowance.outputs,
-                     _on_storages(views, allowance.inputs, truth_storages), allowance.unstable, allowance.by_op)
+                     _on_storages(views, allowance.inputs, truth_storages), allowance.unstable, allowance.by_op,
+                     allowance.overflow, [m > 0 for m in _on_storages(views, allowance.input_overflow, truth_storages)])
 
 
 def _on_storages(views, per_view, storages):
@@ -104,7 +107,8 @@ def _on_storages(views, per_view, storages):
 def without_carried(ref: Reference) -> Reference:
     """The same references judged by the rule before the judge carried rounding through the
     graph (no carried allowance, every discrete element judged): for before/after figures."""
-    return dataclasses.replace(ref, output_carried=[], storage_carried=[], output_unstable=[])
+    return dataclasses.replace(ref, output_carried=[], storage_carried=[], output_unstable=[],
+                               output_overflow=[], storage_overflow=[])
 
 
 def judge(case, ref: Reference, outputs, storages) -> tuple:
@@ -117,7 +121,7 @@ def judge(case, ref: Reference, outputs, storages) -> tuple:
     for i, (got, want, truth) in enumerate(zip(outputs, ref.outputs, ref.truth_outputs)):
         found, figures = rules.compare(got, want, truth, where=f"output {i}", carried=_at(ref.output_carried, i),
                                        sensitivity=ref.output_sensitivity[i],
-                                       unstable=_at(ref.output_unstable, i))
+                                       unstable=_at(ref.output_unstable, i), overflow=_at(ref.output_overflow, i))
         stats.merge(figures)
         if found:
             return Mismatch(Kind(found.kind), found.where, found.message, producers.get(case.outputs[i])), stats
@@ -132,10 +136,11 @@ def _at(items, i):
     return items[i] if i < len(items) else None
 
 
-def compare_values(got, want, truth, where: str = "tensor", sensitivity=None, carried=None):
+def compare_values(got, want, truth, where: str = "tensor", sensitivity=None, carried=None, overflow=None):
     """ErrorStats when `got` passes against eager `want` and float64 `truth`, else
     (Kind, message): the judge's comparison of one tensor."""
-    found, stats = rules.compare(got, want, truth, where=where, carried=carried, sensitivity=sensitivity)
+    found, stats = rules.compare(got, want, truth, where=where, carried=carried, sensitivity=sensitivity,
+                                 overflow=overflow)
     return stats if found is None else (Kind(found.kind), found.message)
 
 
@@ -158,21 +163,22 @@ def _check_storage(case, i, spec, ref: Reference, got, stats):
             return Mismatch(Kind.GUARD_VIOLATION, where,
                             f"{where}: route changed {int(changed.sum())} elements of a read-only input")
         return None
-    carried = _at(ref.storage_carried, i)
+    carried, overflow = _at(ref.storage_carried, i), _at(ref.storage_overflow, i)
     return _check_mutated(case, spec, where, got[covered], want[covered], truth[covered],
                           same_bits(want, init)[covered], stats, ref.storage_sensitivity[i][covered],
-                          None if carried is None else carried[covered])
+                          None if carried is None else carried[covered], None if overflow is None else overflow[covered])
 
 
-def _check_mutated(case, spec, where, got, want, truth, untouched, stats, sensitivity, carried):
+def _check_mutated(case, spec, where, got, want, truth, untouched, stats, sensitivity, carried, overflow):
     op = _writer(case, spec["name"])
-    failure = compare_values(got, want, truth, where, sensitivity, carried)
+    failure = compare_values(got, want, truth, where, sensitivity, carried, overflow)
     if isinstance(failure, ErrorStats):
         stats.merge(failure)
         return None
     kind, message = failure
     strict = compare_values(got[~untouched], want[~untouched], truth[~untouched], where, sensitivity[~untouched],
-                            None if carried is None else carried[~untouched])
+                            None if carried is None else carried[~untouched],
+                            None if overflow is None else overflow[~untouched])
     if isinstance(strict, ErrorStats):
         count = int((~same_bits(got, want) & untouched).sum())
         return Mismatch(Kind.GUARD_VIOLATION, where,
