@@ -79,7 +79,8 @@ def measure(checker, case, route: str, timeout_s: float | None = None) -> dict |
         if got.shape != want.shape or got.dtype != want.dtype:
             continue
         mismatch, stats = judge.compare(got, want, truth, where=f"output {k}", carried=_at(ref.output_carried, k),
-                                        sensitivity=ref.output_sensitivity[k], unstable=_at(ref.output_unstable, k))
+                                        sensitivity=ref.output_sensitivity[k], unstable=_at(ref.output_unstable, k),
+                                        overflow=_at(ref.output_overflow, k))
         _merge(figures, op_of[refs[k]], {**_as_dict(stats), **({"diverges": True} if mismatch else {})})
     return figures
 
