@@ -2,6 +2,7 @@
 passing case does not, torch missing exits 2; titles, projects, shims and inputs."""
 import ast
 import os
+import runpy
 import subprocess
 import sys
 import venv
@@ -16,6 +17,7 @@ from torchsim_diff.check import Checker
 from torchsim_diff.corpus import read_entry
 from torchsim_diff.graph import Case
 from torchsim_diff.kinds import Kind
+from torchsim_diff.routes import EXTRA_ROUTES_ENV
 
 KNOWN = os.path.join(REPO, "corpora", "known", "inductor-argmax-permuted-input.json")
 SEED = os.path.join(REPO, "corpora", "seed", "seed-00-float32.json")
@@ -53,6 +55,20 @@ def _clean_env() -> dict:
 def _run_script(python: str, bundle: str):
     return subprocess.run([python, os.path.join(bundle, "repro.py")], cwd=bundle, env=_clean_env(),
                           capture_output=True, text=True, timeout=240)
+
+
+def _exec_script(bundle: str, capsys) -> tuple:
+    """(exit status, stdout) of repro.py run in this process, its folder first on sys.path."""
+    sys.path.insert(0, bundle)
+    try:
+        runpy.run_path(os.path.join(bundle, "repro.py"), run_name="__main__")
+        status = 0
+    except SystemExit as done:
+        status = done.code
+    finally:
+        sys.path.remove(bundle)
+        sys.modules.pop("judge", None)
+    return status, capsys.readouterr().out
 
 
 def _record(case: Case, route="inductor", **fields) -> dict:
@@ -139,11 +155,16 @@ def test_hang_runs_in_a_child_with_a_time_limit_that_passes_its_exit_status_on(a
     assert done.returncode == 0 and "FIXED" in done.stdout, done.stdout + done.stderr
 
 
-def test_non_standalone_route_says_so_and_exits_2(add_case, tmp_path):
-    bundle = repro.write_bundle(_record(add_case, route="double-wrong-element"), str(tmp_path / "b"))
-    done = _run_script(sys.executable, bundle)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "double-wrong-element" in done.stdout and "torchsim-diff replay case.json" in done.stdout
+def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_where_it_is_missing(
+        add_case, tmp_path, double_routes, capsys, monkeypatch):
+    record = _record(add_case, route="double-wrong-element", project="llvm")      # llvm: no collect_env
+    bundle = repro.write_bundle(record, str(tmp_path / "b"))
+    status, out = _exec_script(bundle, capsys)          # in this process; the route in its worker
+    assert status == 1 and "REPRODUCES: double-wrong-element wrong_values" in out, out
+    assert "def program(x0, x1)" in out
+    monkeypatch.delenv(EXTRA_ROUTES_ENV)
+    status, out = _exec_script(bundle, capsys)
+    assert status == 2 and "not registered here" in out, out
 
 
 # -- what the bundle holds -------------------------------------------------------------------
@@ -203,6 +224,55 @@ def test_title_names_the_trigger_found_by_ablation_over_the_layout_classes(add_c
     record = _record(add_case, kind="wrong_values", reduced_case=add_case.to_dict(), trigger=["broadcast"])
     assert repro.title(record, add_case).endswith("on an expanded (stride-0) input returns wrong values")
     assert "argmax" in repro.expression(read_entry(KNOWN).case)
+
+
+def test_compile_error_title_names_every_output_and_a_value_failure_the_one_its_message_names(add_case):
+    two = Case.from_dict({**add_case.to_dict(), "outputs": ["v2", "v0"]})
+    failed = _record(two, kind="compile_error", message="InductorError: CantSplit")
+    assert "relu(add(transpose(x), y)), transpose(x) on a" in repro.title(failed, two)
+    assert "`transpose`, `add`, `relu`" in repro.render_script(failed, two)
+    wrong = _record(two, message="output 1: values differ")
+    assert "): transpose(x) on a" in repro.title(wrong, two)
+
+
+def test_unused_inputs_leave_the_bundle_with_the_values_the_others_had(add_case):
+    data = add_case.to_dict()
+    data["inputs"].insert(0, {**data["inputs"][1], "name": "x9"})     # drawn first: shifts every position
+    wide = Case.from_dict(data)
+    narrow = repro.without_unused_inputs(wide)
+    assert [s["name"] for s in narrow.inputs] == ["x0", "x1"]
+    for got, want in zip(layout.materialize_all(narrow.to_dict()), layout.materialize_all(data)[1:]):
+        assert torch.equal(layout.storage_of(got), layout.storage_of(want))
+    assert "program(x0, x1)" in repro.render_script(_record(wide), repro._case_of(_record(wide)))
+    assert repro.without_unused_inputs(add_case) is add_case
+
+
+def test_a_large_output_prints_its_first_differing_elements_not_every_element(tmp_path, capsys):
+    from tests.conftest import make_case
+    case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
+                     inputs=[("x0", [33, 33], [33, 1], 0, 33 * 33, {})], outputs=["v0"])
+    script = repro.render_script(_record(case, route="eager"), case).replace(
+        "compiled = program", "compiled = lambda x: (program(x)[0].flip(0),)")   # rows reversed: many differ
+    (tmp_path / "repro.py").write_text(script)
+    (tmp_path / "judge.py").write_bytes(open(judge.__file__, "rb").read())
+    status, out = _exec_script(str(tmp_path), capsys)
+    shown = out.split("REPRODUCES")[0]
+    assert status == 1 and "shape [33, 33], flat indices [" in shown and len(shown) < 1500, shown
+
+
+def test_pytorch_bug_met_on_triton_spike_reproduces_through_the_triton_route(add_case):
+    record = repro.script_record(_record(add_case, route="triton-spike", upstream="not yet filed (pytorch/pytorch)"))
+    assert (record["route"], record["found_on"]) == ("triton", "triton-spike")
+    assert repro.script_record(_record(add_case, route="triton-spike"))["route"] == "triton-spike"  # adapter bugs
+
+
+def test_kernel_ttir_names_source_files_without_their_temporary_folders(tmp_path):
+    from torchsim_diff import adapter_repro
+    ttir = tmp_path / "kernel.fixed.ttir"
+    ttir.write_text('#loc = loc("/tmp/torchsim-ttir-k77u/kc2d.py":18:1)\n#loc31 = loc("in_ptr0"(#loc))\n')
+    adapter_repro.write_kernel(str(ttir), str(tmp_path))
+    shipped = (tmp_path / adapter_repro.KERNEL_FILE).read_text()
+    assert shipped == '#loc = loc("kc2d.py":18:1)\n#loc31 = loc("in_ptr0"(#loc))\n'
 
 
 def test_shims_module_holds_only_the_shims_asked_for():

@@ -10,7 +10,7 @@ when triton-adapter-opt is missing.
 from __future__ import annotations
 
 import os
-import shutil
+import re
 
 KERNEL_FILE = "kernel.ttir"
 REPLAY_TIMEOUT_S = 600      # one replay, not a campaign: Inductor, TTIR and the adapter on a loaded machine
@@ -41,7 +41,20 @@ def replay_artifacts(case, out_dir: str) -> str | None:
 
 
 def write_kernel(source_ttir: str, bundle: str) -> None:
-    shutil.copyfile(source_ttir, os.path.join(bundle, KERNEL_FILE))
+    """The kernel as kernel.ttir, its source locations reduced to file names (the folders were
+    the run's temporary ones)."""
+    with open(source_ttir, encoding="utf-8") as handle:
+        text = handle.read()
+    with open(os.path.join(bundle, KERNEL_FILE), "w", encoding="utf-8") as handle:
+        handle.write(without_folders(text))
+
+
+def without_folders(ttir: str) -> str:
+    """`loc("/tmp/x/k.py":3:1)` -> `loc("k.py":3:1)`: locations name the file, not where it was."""
+    return _LOCATION_PATH.sub(r'loc("\1":', ttir)
+
+
+_LOCATION_PATH = re.compile(r'loc\("[^"]*[/\\]([^"/\\]+)":')
 
 
 def render_script(head: str) -> str:

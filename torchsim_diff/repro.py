@@ -26,10 +26,11 @@ import shutil
 import subprocess
 import sys
 
-from torchsim_diff import adapter_repro, layout
+from torchsim_diff import adapter_repro, layout, values
 from torchsim_diff.graph import Case, CaseError
 
 INLINE_ELEMENTS = 64          # larger storages go to inputs.pt instead of repro.py
+SHOWN = 8                     # outputs up to this size print whole; larger ones their first differing elements
 SHIMS_FILE = "triton_shims.py"
 
 
@@ -102,7 +103,19 @@ def title(record: dict, case: Case) -> str:
     words = [LAYOUT_WORDS[t] for t in _trigger_of(record, case) if t in LAYOUT_WORDS]
     where = f" on {_article(words[0])} {' '.join(words)} input" if words else ""
     dtype = f" ({case.dtype})" if case.dtype != "float32" else ""
-    return f"{compiler}: {expression(case)}{where}{dtype} {_symptom(record, case)}"
+    return f"{compiler}: {expression(case, failing_outputs(record, case))}{where}{dtype} {_symptom(record, case)}"
+
+
+NO_VALUE_KINDS = ("compile_error", "runtime_error", "crash", "timeout")
+
+
+def failing_outputs(record: dict, case: Case) -> list:
+    """The outputs the failure is about: the one its message names ("output 1: ..."), every
+    output when the whole program fails to compile or run, else the first."""
+    named = (record.get("message") or "").split(":", 1)[0].split()
+    if len(named) == 2 and named[0] == "output" and named[1].isdigit() and int(named[1]) < len(case.outputs):
+        return [case.outputs[int(named[1])]]
+    return list(case.outputs) if record.get("kind") in NO_VALUE_KINDS else case.outputs[:1]
 
 
 def _trigger_of(record: dict, case: Case) -> list:
@@ -132,8 +145,9 @@ def _symptom(record: dict, case: Case) -> str:
     return SYMPTOMS.get(kind, kind.replace("_", " "))
 
 
-def expression(case: Case) -> str:
-    """The case's first output as nested op calls, inputs named x, y, z, w: 'argmax(silu(x))'."""
+def expression(case: Case, outputs: list | None = None) -> str:
+    """The case's `outputs` (default: its first) as nested op calls, inputs named x, y, z, w:
+    'argmax(silu(x))'; several outputs are joined by commas."""
     names = {spec["name"]: n for spec, n in zip(case.inputs, _input_letters(len(case.inputs)))}
     nodes = {n["id"]: n for n in case.nodes}
 
@@ -145,8 +159,8 @@ def expression(case: Case) -> str:
         if node["op"].endswith("_"):
             return f"{args[0]}.{node['op']}({', '.join(args[1:])})"
         return f"{node['op']}({', '.join(args)})"
-    refs = case.outputs or [n["id"] for n in case.nodes][-1:]
-    return expr(refs[0]) if refs else "program()"
+    refs = outputs or case.outputs[:1] or [n["id"] for n in case.nodes][-1:]
+    return ", ".join(expr(ref) for ref in refs) if refs else "program()"
 
 
 def _input_letters(count: int) -> list:
@@ -179,8 +193,8 @@ ROUTE_SETUP.update({route: (_MLIR_SETUP[0], _MLIR_SETUP[1].replace("ROUTE", rout
 # A torch-mlir lowering bug shows on the host too: repro.py runs the lowered module there with
 # the mlir_host.py the bundle ships, and compares values like the other routes.
 HOST_SETUP = ("import mlir_host  # next to this script: the lowering run on this host by MLIR's JIT",
-              "def compiled(*xs):  # torch.export, torch-mlir's import to linalg, lowered to LLVM, run here\n"
-              "    return mlir_host.run(program, xs)\n\n")
+              "compiled = lambda *xs: mlir_host.run(program, xs)  # torch.export, torch-mlir's import to "
+              "linalg, lowered to LLVM, run here")
 TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "a C++ compiler", "mlir": "torch-mlir",
              "spike": "torch-mlir"}
 
@@ -206,16 +220,16 @@ def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool
     head = [f'"""{title(record, case)}']
     head += [f"Known bug: {note}"] if note else []
     head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
-             f"{TOOLCHAIN.get(route) or 'the toolchain'} missing.\"\"\""]
+             f"{TOOLCHAIN.get(route) or _HARNESS_TOOLCHAIN.format(route=route)} missing.\"\"\""]
+    if setup is None:
+        return "\n".join(head) + "\n" + _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S)
     imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
                "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     body = [_program_source(case), _inputs_source(case, record.get("kind"), inputs_file)]
     if record.get("kind") == "timeout":
         body.insert(0, _WATCHDOG)
-    if setup is None:
-        body.append(_NOT_STANDALONE.format(route=route))
-    elif import_only:
+    if import_only:
         body.append(setup + "\n")
     else:
         body.append(setup + "\n" + _run_source(case, record.get("kind")))
@@ -233,8 +247,10 @@ def first_op(record: dict, case: Case) -> str | None:
 
 
 def _divergence(record: dict, case: Case) -> str:
-    if record.get("kind") in ("compile_error", "runtime_error", "crash", "timeout"):
-        return f"Fails while compiling or running (no value to compare); output op `{first_op(record, case)}`."
+    if record.get("kind") in NO_VALUE_KINDS:
+        where = (f"failing op `{record['first_op']}`" if record.get("first_op") else
+                 "the program's ops: " + ", ".join(f"`{op}`" for op in dict.fromkeys(n["op"] for n in case.nodes)))
+        return f"Fails while compiling or running (no value to compare); {where}."
     return f"First divergent op: `{first_op(record, case)}`."
 
 
@@ -289,20 +305,25 @@ def _number(v) -> str:
 
 def _run_source(case: Case, kind: str | None) -> str:
     mutated = [k for k, spec in enumerate(case.inputs) if spec.get("mutated")]
-    lines = ["ex, tx, gx = inputs(), inputs(torch.float64), inputs()",
-             "eager, truth = program(*ex), program(*tx)",
-             "try:",
-             "    got = compiled(*gx)",
-             "except Exception as exc:  # the compiler failing is the bug",
-             '    sys.exit(print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}") or 1)',
-             f"allow = judge.carried(program, inputs(torch.float64), torch.{case.dtype})",
-             "checks = [(f\"output {i}\", *c) for i, c in enumerate(zip(got, eager, truth, allow.outputs, "
-             "allow.sensitivity, allow.unstable))]"]
+    keeps_inputs = mutated or kind == "guard_violation"     # their checks read eager's inputs after the run
+    lines = ["ex, tx, gx = inputs(), inputs(torch.float64), inputs()", "eager, truth = program(*ex), program(*tx)"] \
+        if keeps_inputs else ["eager, truth, gx = program(*inputs()), program(*inputs(torch.float64)), inputs()"]
+    lines += ["try:",
+              "    got = compiled(*gx)",
+              "except Exception as exc:  # the compiler failing is the bug",
+              '    sys.exit(print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}") or 1)',
+              f"allow = judge.carried(program, inputs(torch.float64), torch.{case.dtype})",
+              "checks = [(f\"output {i}\", *c) for i, c in enumerate(zip(got, eager, truth, allow.outputs, "
+              "allow.sensitivity, allow.unstable))]"]
     if mutated:
         lines.append(f"checks += [(f\"input {{k}}\", gx[k], ex[k], tx[k], allow.inputs[k], "
                      f"allow.input_sensitivity[k], None) for k in {mutated}]")
     lines += ["for where, g, e, t, carried, sensitivity, unstable in checks:",
-              '    print(f"{where}:\\n  eager    {e.tolist()}\\n  compiled {g.tolist()}\\n  float64  {t.tolist()}")',
+              f"    at = (~judge.same_bits(g, e)).reshape(-1).nonzero()[:{SHOWN}, 0] if e.numel() > {SHOWN} and "
+              "(g.shape, g.dtype) == (e.shape, e.dtype) else None  # a large output: its first elements that differ",
+              '    print(f"{where}:" + ("" if at is None else f" shape {list(e.shape)}, flat indices {at.tolist()}"), '
+              '*(f"  {n:8} {(x if at is None else x.reshape(-1)[at]).tolist()}" for n, x in '
+              '(("eager", e), ("compiled", g), ("float64", t))), sep="\\n")',
               "    bad, _ = judge.compare(g, e, t, where=where, carried=carried, sensitivity=sensitivity, "
               "unstable=unstable)",
               "    if bad:",
@@ -330,9 +351,36 @@ _WATCHDOG = f'''if "--child" not in sys.argv:  # a hang is the bug: run in a chi
     except subprocess.TimeoutExpired:
         sys.exit(print("REPRODUCES: no result within {HANG_S} s") or 1)
 '''
-_NOT_STANDALONE = '''print("cannot run here: route {route!r} is driven by torchsim-diff's own harness; run the "
-      "case with: torchsim-diff replay case.json --routes {route}")
-sys.exit(2)
+# A route only torchsim-diff drives (triton-spike: Inductor's kernels through the adapter to
+# Spike) is the toolchain itself: the script runs case.json on it with torchsim-diff's checker.
+HARNESS_TIMEOUT_S = 600
+_HARNESS_TOOLCHAIN = "torchsim-diff with route {route} (its toolchain)"
+_HARNESS_SCRIPT = '''import os
+import sys
+import tempfile
+try:
+    import torch  # noqa: F401
+    from torchsim_diff.check import Checker  # the route's toolchain: torchsim-diff drives {route}
+    from torchsim_diff.graph import Case
+    from torchsim_diff.routes import route_names
+except ImportError as exc:
+    sys.exit(print(f"cannot run here: {{exc}}") or 2)
+
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "case.json"), encoding="utf-8") as handle:
+    case = Case.from_json(handle.read())
+print(case.program_source())
+with tempfile.TemporaryDirectory() as out, Checker(out_dir=out, timeout_s={timeout_s}) as checker:
+    registered = "{route}" in route_names()
+    available, why, _versions = checker.availability("{route}") if registered else (False, "not registered here", 0)
+    if not available:
+        sys.exit(print(f"cannot run here: route {route}: {{why}}") or 2)
+    verdict = checker.check(case, "{route}")
+print(verdict.message)
+if verdict.failed and verdict.kind.is_bug:
+    sys.exit(print(f"REPRODUCES: {route} {{verdict.kind.value}} at stage {{verdict.stage}}") or 1)
+if verdict.failed:
+    sys.exit(print(f"cannot run here: {{verdict.kind.value}}") or 2)
+print("FIXED: {route} agrees with eager and float64")
 '''
 
 
@@ -433,9 +481,10 @@ def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None,
     bug needs by running repro.py without each (slow: one run per shim). run: run repro.py
     once and quote its output in ISSUE.md (else the recorded message is quoted)."""
     case = _case_of(record)
-    route = record.get("route")
-    if not route:
+    if not record.get("route"):
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
+    record = script_record(record)
+    route = record["route"]
     os.makedirs(to_dir, exist_ok=True)
     _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
     inputs_file = sum(int(s["layout"]["storage_size"]) for s in case.inputs) > INLINE_ELEMENTS
@@ -479,9 +528,20 @@ def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | 
     adapter_repro.write_kernel(ttir, to_dir)
     os.remove(os.path.join(to_dir, "judge.py"))       # no values are compared
     head = [title(record, case)] + ([f"Known bug: {record['note']}"] if record.get("note") else [])
-    head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case)}` ({adapter_repro.KERNEL_FILE}).")
+    head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_repro.KERNEL_FILE}).")
     _write_text(os.path.join(to_dir, "repro.py"), adapter_repro.render_script("\n".join(head)))
     return source
+
+
+# A PyTorch bug met on triton-spike is in Inductor's Triton codegen, before the adapter: the
+# triton route compiles the same kernels and runs them in Triton's interpreter (torch and triton only).
+SCRIPT_ROUTES = {("pytorch", "triton-spike"): "triton"}
+
+
+def script_record(record: dict) -> dict:
+    """`record` with the route its repro.py runs (SCRIPT_ROUTES), the route it was met on as `found_on`."""
+    route = SCRIPT_ROUTES.get((project_of(record).name, record["route"]))
+    return {**record, "route": route, "found_on": record["route"]} if route else record
 
 
 def entry_record(entry) -> dict:
@@ -499,9 +559,22 @@ def _case_of(record: dict) -> Case:
     if not isinstance(record, dict) or "case" not in record:
         raise BundleError("record has no 'case'; pass a results.jsonl record (Verdict.record())")
     try:
-        return Case.from_dict(record.get("reduced_case") or record["case"])
+        return without_unused_inputs(Case.from_dict(record.get("reduced_case") or record["case"]))
     except CaseError as exc:
         raise BundleError(f"record's case is invalid: {exc}") from None
+
+
+def without_unused_inputs(case: Case) -> Case:
+    """`case` without the inputs its program never reads (an unreduced case keeps them all),
+    the others' storages pinned as explicit data: drawn values depend on an input's position."""
+    read = {a for node in case.nodes for a in node["args"]} | set(case.outputs)
+    if all(spec["name"] in read for spec in case.inputs):
+        return case
+    data = case.to_dict()
+    views = layout.materialize_all(data)
+    data["inputs"] = [{**spec, "data": values.encode(layout.storage_of(view))}
+                      for spec, view in zip(data["inputs"], views) if spec["name"] in read]
+    return Case.from_dict(data)
 
 
 def _save_inputs(case: Case, kind: str | None, path: str) -> None:
@@ -565,9 +638,13 @@ def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
 def _description(record: dict, case: Case) -> str:
     layouts = "; ".join(f"`{s['name']}`: shape {s['shape']}, strides {s['layout']['strides']}, storage offset "
                         f"{s['layout']['offset']} ({', '.join(s['layout']['classes'])})" for s in case.inputs)
-    return (f"`{expression(case)}` compiled by route `{record['route']}` disagrees with eager PyTorch "
+    return (f"`{expression(case, failing_outputs(record, case))}` compiled by route `{record['route']}`{_found_on(record)} disagrees with eager PyTorch "
             f"({record.get('kind', 'failure').replace('_', ' ')}). Inputs: {layouts or 'none'}. "
             "Eager agrees with the same program run in float64.")
+
+
+def _found_on(record: dict) -> str:
+    return f" (found on route `{record['found_on']}`, which compiles the same kernels)" if record.get("found_on") else ""
 
 
 def versions_text(route: str, project: Project) -> str:
