@@ -18,6 +18,8 @@ SAME_BUG = [
      "worker killed by SIGSEGV\nFatal Python error: Segmentation fault\nThread 0x00009a (most recent call first)"),
     ("IndexError: index out of range in self",
      "RuntimeError: index -30720 is out of bounds for dimension 1 with size 9"),
+    ("IndexError: index_copy_(): index 7 is out of bounds for dimension 0 with size 3",
+     "RuntimeError: INDICES element is out of DATA bounds, id=-30720 axis_dim=4"),
 ]
 DIFFERENT_BUGS = [
     ("LoweringException: cannot lower exp", "LoweringException: cannot lower log"),

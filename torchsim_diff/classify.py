@@ -16,10 +16,11 @@ from torchsim_diff.kinds import Kind
 VALUE_KINDS = {Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION,
                Kind.SHAPE_MISMATCH, Kind.DTYPE_MISMATCH, Kind.NONDETERMINISTIC}
 _PATTERNS = [
-    # torch words one out-of-range index two ways (IndexError from embedding/index_select,
-    # RuntimeError from gather/scatter): one symptom.
-    (re.compile(r"(?:IndexError|RuntimeError): (?:index out of range in self"
-                r"|index -?\d+ is out of bounds for dimension \d+ with size \d+)"), "index out of bounds"),
+    # torch words an out-of-range index differently per op (embedding: "index out of range in
+    # self", gather/scatter: "index -5 is out of bounds for dimension 1 with size 9", index_copy_,
+    # take_along_dim's "INDICES element is out of DATA bounds"): one symptom.
+    (re.compile(r"(?:IndexError|RuntimeError): [^|\n]*?\b(?:index|INDICES)\b[^|\n]*?"
+                r"\bout of (?:range|bounds|DATA bounds)\b[^|\n]*"), "index out of bounds"),
     (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-+@]+)+/?"), "<path>"),
     # Inductor's generated kernel names spell out the fused ops: one bug, many names.
     (re.compile(r"\b(?:triton|cpp|pytorchsim_triton_compiler|triton_npu)_(?:poi|per|red|tem|for|fused)\w*"), "<kernel>"),
