@@ -161,7 +161,7 @@ def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_wher
     bundle = repro.write_bundle(record, str(tmp_path / "b"))
     status, out = _exec_script(bundle, capsys)          # in this process; the route in its worker
     assert status == 1 and "REPRODUCES: double-wrong-element wrong_values" in out, out
-    assert "def program(x0, x1)" in out
+    assert "def program(x0, x1)" in out and not os.path.exists(os.path.join(bundle, "judge.py"))
     monkeypatch.delenv(EXTRA_ROUTES_ENV)
     status, out = _exec_script(bundle, capsys)
     assert status == 2 and "not registered here" in out, out

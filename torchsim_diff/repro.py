@@ -206,6 +206,11 @@ def runs_on_host(record: dict, case: Case) -> bool:
             and project_of(record).name == "torch-mlir" and mlir_host.runs_on_host(case))
 
 
+def harness_only(route: str) -> bool:
+    """Whether repro.py runs the route through torchsim-diff's checker (_HARNESS_SCRIPT)."""
+    return route not in ROUTE_SETUP
+
+
 def standalone_routes() -> list:
     """Routes whose repro.py runs the route itself (others print why and exit 2)."""
     return sorted(ROUTE_SETUP)
@@ -488,10 +493,11 @@ def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None,
     os.makedirs(to_dir, exist_ok=True)
     _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
     inputs_file = sum(int(s["layout"]["storage_size"]) for s in case.inputs) > INLINE_ELEMENTS
-    if inputs_file:
+    if inputs_file and not harness_only(route):
         _save_inputs(case, record.get("kind"), os.path.join(to_dir, "inputs.pt"))
     from torchsim_diff import judge
-    shutil.copyfile(judge.__file__, os.path.join(to_dir, "judge.py"))
+    if not harness_only(route):      # the harness judges with its own copy
+        shutil.copyfile(judge.__file__, os.path.join(to_dir, "judge.py"))
     if route == "triton":
         _write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
     if runs_on_host(record, case):
@@ -526,7 +532,6 @@ def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | 
     if adapter_path():       # the quoted run finds the adapter where the route does
         os.environ.setdefault(ADAPTER_ENV, adapter_path())
     adapter_repro.write_kernel(ttir, to_dir)
-    os.remove(os.path.join(to_dir, "judge.py"))       # no values are compared
     head = [title(record, case)] + ([f"Known bug: {record['note']}"] if record.get("note") else [])
     head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_repro.KERNEL_FILE}).")
     _write_text(os.path.join(to_dir, "repro.py"), adapter_repro.render_script("\n".join(head)))
@@ -626,6 +631,9 @@ def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
         parts += [f"`{adapter_repro.KERNEL_FILE}` (next to the script) is the kernel as it reached the adapter: "
                   "Inductor's Triton kernel lowered to TTIR by Triton 3.9 (CPU target), with torchsim-diff's "
                   "TTIR fix-ups for the adapter's older Triton dialect.", ""]
+    elif harness_only(record["route"]):
+        parts += [f"`repro.py` runs `case.json` on route `{record['route']}` through torchsim-diff's checker: "
+                  "that route exists only in torchsim-diff (install it with its toolchain: scripts/setup.sh).", ""]
     elif record["route"] not in IMPORT_ONLY or runs_on_host(record, case):
         parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails "
                   "when it is further from float64 than eager's own error allows, by a margin.", ""]
