@@ -167,3 +167,22 @@ def test_a_value_kept_live_by_a_discrete_access_is_another_adapter_bucket():
            "k.py:32:5: note: see existing live user here: tt.store %48, %s, %52 {DiscreteMemAccess} : tensor<1x16>\n")
     tile = log.replace(" {DiscreteMemAccess}", "")
     assert error_lines(log) == error_lines(tile) + " (live user: a discrete memory access)"
+
+
+def test_a_chain_tool_past_its_time_limit_is_a_timeout_of_its_stage():
+    from torchsim_diff.kinds import Kind
+    from torchsim_diff.routes.base import RouteFailure
+    from torchsim_diff.routes.triton_spike.toolchain import run_stage
+    metrics = {}
+    with pytest.raises(RouteFailure) as failure:
+        run_stage("clang", ["sleep", "5"], metrics, timeout_s=0.2)
+    assert (failure.value.kind, failure.value.stage) == (Kind.TIMEOUT, "clang")
+    assert "t_clang" in metrics
+
+
+def test_huge_modules_are_compiled_without_optimisation(tmp_path):
+    from torchsim_diff.routes.triton_spike.launcher import O3_MAX_LINES, optimisation_level
+    small, huge = tmp_path / "small.ll", tmp_path / "huge.ll"
+    small.write_text("ret void\n" * 10)
+    huge.write_text("ret void\n" * (O3_MAX_LINES + 1))
+    assert (optimisation_level(str(small)), optimisation_level(str(huge))) == ("-O3", "-O0")

@@ -300,7 +300,7 @@ class SpikeLauncher:
                                 "-o", path("kernel.ll")], metrics, log=path("translate.log"))
         n_pointers, n_scalars = self._add_program_stub(path("kernel.ll"), spec)
         flags = ["--target=riscv64-unknown-elf", f"-march={self.options.isa}", f"-mabi={ABI}",
-                 "-mcmodel=medany", "-O3", "-Wno-override-module"]
+                 "-mcmodel=medany", optimisation_level(path("kernel.ll")), "-Wno-override-module"]
         run_stage("clang", [self.tools.clang, *flags, "-c", path("kernel.ll"), "-o", path("kernel.o")], metrics,
                   log=path("clang.log"))
         run_stage("link", [self.tools.gcc, "--specs=picolibc.specs", "--crt0=hosted", f"-march={HARNESS_MARCH}",
@@ -364,6 +364,18 @@ class SpikeLauncher:
     def _add_time(self, key: str, seconds: float) -> None:
         if self.ctx is not None:
             self.ctx.metrics[key] = self.ctx.metrics.get(key, 0.0) + seconds
+
+
+# Triton unrolls tl.sort's bitonic network (static_range) into hundreds of TTIR ops, which the
+# adapter lowers to millions of bytes of LLVM IR: clang -O3 (and -O1) then runs for minutes, -O0
+# for seconds. Modules above this many lines are compiled without optimisation.
+O3_MAX_LINES = 20_000
+
+
+def optimisation_level(ll_path: str) -> str:
+    with open(ll_path) as handle:
+        lines = sum(1 for _ in handle)
+    return "-O3" if lines <= O3_MAX_LINES else "-O0"
 
 
 ARTIFACT_FILES = ("kernel.py", "specialisation.json", "kernel.ttir", "kernel.fixed.ttir", "kernel.adapter.mlir",

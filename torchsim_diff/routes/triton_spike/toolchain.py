@@ -105,14 +105,25 @@ class Tools:
         return cls(adapter=adapter, clang=spike_tools.clang, gcc=spike_tools.gcc, spike=spike_tools.spike, **found)
 
 
-def run_stage(stage: str, command: list, metrics: dict, *, log: str | None = None) -> None:
+# A chain tool that runs this long is stopped and the case is a `timeout` at that stage: a worker
+# killed at the case's limit (120 s by default) would lose its cache and say nothing of where.
+STAGE_TIMEOUT_S = 90.0
+
+
+def run_stage(stage: str, command: list, metrics: dict, *, log: str | None = None,
+              timeout_s: float = STAGE_TIMEOUT_S) -> None:
     """Run one tool; its time adds to metrics["t_<stage>"]; failure -> RouteFailure(stage).
 
     log: where the tool's whole output goes when it fails (the message keeps its error lines)."""
     started = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
     key = "t_" + stage.replace("-", "_")
-    metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - started
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise RouteFailure(Kind.TIMEOUT, stage, f"{stage}: {os.path.basename(command[0])} ran past "
+                           f"{timeout_s:.0f} s") from None
+    finally:
+        metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - started
     if not done.returncode:
         return
     output = done.stderr or done.stdout
