@@ -162,6 +162,7 @@ def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_wher
     status, out = _exec_script(bundle, capsys)          # in this process; the route in its worker
     assert status == 1 and "REPRODUCES: double-wrong-element wrong_values" in out, out
     assert "def program(x0, x1)" in out and not os.path.exists(os.path.join(bundle, "judge.py"))
+    assert os.path.isdir(os.path.join(bundle, repro.HARNESS_RUN_DIR, "artifacts"))     # the route's files stay
     monkeypatch.delenv(EXTRA_ROUTES_ENV)
     status, out = _exec_script(bundle, capsys)
     assert status == 2 and "not registered here" in out, out

@@ -227,7 +227,7 @@ def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool
     head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
              f"{TOOLCHAIN.get(route) or _HARNESS_TOOLCHAIN.format(route=route)} missing.\"\"\""]
     if setup is None:
-        return "\n".join(head) + "\n" + _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S)
+        return "\n".join(head) + "\n" + _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S, run_dir=HARNESS_RUN_DIR)
     imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
                "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
@@ -359,10 +359,10 @@ _WATCHDOG = f'''if "--child" not in sys.argv:  # a hang is the bug: run in a chi
 # A route only torchsim-diff drives (triton-spike: Inductor's kernels through the adapter to
 # Spike) is the toolchain itself: the script runs case.json on it with torchsim-diff's checker.
 HARNESS_TIMEOUT_S = 600
+HARNESS_RUN_DIR = "run"       # the checker's folder next to repro.py: the route's files of the last run
 _HARNESS_TOOLCHAIN = "torchsim-diff with route {route} (its toolchain)"
 _HARNESS_SCRIPT = '''import os
 import sys
-import tempfile
 try:
     import torch  # noqa: F401
     from torchsim_diff.check import Checker  # the route's toolchain: torchsim-diff drives {route}
@@ -371,10 +371,11 @@ try:
 except ImportError as exc:
     sys.exit(print(f"cannot run here: {{exc}}") or 2)
 
-with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "case.json"), encoding="utf-8") as handle:
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "case.json"), encoding="utf-8") as handle:
     case = Case.from_json(handle.read())
 print(case.program_source())
-with tempfile.TemporaryDirectory() as out, Checker(out_dir=out, timeout_s={timeout_s}) as checker:
+with Checker(out_dir=os.path.join(here, "{run_dir}"), timeout_s={timeout_s}) as checker:  # keeps the route's files
     registered = "{route}" in route_names()
     available, why, _versions = checker.availability("{route}") if registered else (False, "not registered here", 0)
     if not available:
@@ -513,6 +514,7 @@ def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None,
         record = {**record, "repro_output": run_script(to_dir)}
     copied = _copy_artifacts(artifacts_dir or record.get("reduced_artifacts") or record.get("artifacts"),
                              os.path.join(to_dir, "artifacts"))
+    copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
     _write_text(os.path.join(to_dir, "ISSUE.md"), render_issue(record, case, to_dir, copied))
     return to_dir
 
@@ -599,9 +601,13 @@ def _copy_artifacts(source: str | None, target: str) -> list:
     if not source or not os.path.isdir(source):
         return []
     shutil.copytree(source, target, dirs_exist_ok=True)
+    return _files_under(target, os.path.dirname(target))
+
+
+def _files_under(folder: str, start: str) -> list:
     found = []
-    for root, _dirs, names in os.walk(target):
-        found += [os.path.relpath(os.path.join(root, n), os.path.dirname(target)) for n in names]
+    for root, _dirs, names in os.walk(folder):
+        found += [os.path.relpath(os.path.join(root, n), start) for n in names]
     return sorted(found)
 
 
