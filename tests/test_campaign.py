@@ -46,6 +46,23 @@ def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
     assert "Buckets" in printed and "wrong_values" in printed
 
 
+def test_a_known_bug_is_recorded_as_known_neither_new_nor_a_finding(tmp_path, double_routes, capsys):
+    common = ["fuzz", "--routes", "double-wrong-element", "--max-examples", "3", "--ops", "relu", "--no-reduce"]
+    assert main([*common, "--out", str(tmp_path / "a"), "--buckets", "none"]) == 1
+    found = next(r for r in read_records(str(tmp_path / "a" / "results.jsonl")) if r["status"] == "fail")
+    known = tmp_path / "known"
+    known.mkdir()
+    (known / "wrong-element.json").write_text(json.dumps(
+        {"route": found["route"], "kind": found["kind"], "bucket": found["bucket"], "case": found["case"]}))
+    capsys.readouterr()
+    out, history = tmp_path / "b", str(tmp_path / "history.sqlite")
+    assert main([*common, "--out", str(out), "--known-bugs", str(known), "--buckets", history]) == 0
+    failing = [r for r in read_records(str(out / "results.jsonl")) if r["status"] == "fail"]
+    assert failing and all(r["known"] for r in failing)
+    assert "known bug bucket(s) " + found["bucket"] in capsys.readouterr().out
+    assert not os.path.isdir(out / "bundles") or not os.listdir(out / "bundles")
+
+
 def test_a_truncated_last_line_does_not_lose_earlier_records(tmp_path):
     path = tmp_path / "results.jsonl"
     record = {"case_id": "c", "route": "eager", "status": "pass", "kind": None, "bucket": None, "ops": [], "case": None}

@@ -30,6 +30,7 @@ from torchsim_diff.timeouts import TimeoutPolicy
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
 PROGRESS_EVERY_S = 5.0
+KNOWN_BUGS_DIR = os.path.join("corpora", "known")
 # Distinct draws can build the same case; duplicates are skipped, so Hypothesis may need
 # more draws than the campaign has cases.
 DRAWS_PER_CASE = 4
@@ -59,6 +60,7 @@ class CampaignOptions:
     reduce: bool = True                # reduce, then bucket: each new failure (reduce.Refiner)
     reduce_budget_s: float = 60.0
     batch: int = 1                     # cases compiled together as one program (torchsim_diff.batch)
+    known_bugs: str | None = KNOWN_BUGS_DIR   # corpus entries of known bugs: recorded as known, not new
 
 
 @dataclasses.dataclass
@@ -72,7 +74,32 @@ class CampaignResult:
 
     @property
     def findings(self) -> list:
-        return [r for r in self.records if r["status"] == Status.FAIL.value]
+        """Failures other than known bugs."""
+        return [r for r in self.records if r["status"] == Status.FAIL.value and not r.get("known")]
+
+    @property
+    def known_findings(self) -> list:
+        return [r for r in self.records if r["status"] == Status.FAIL.value and r.get("known")]
+
+
+def load_known(opts: CampaignOptions) -> set:
+    """Buckets of the known bugs kept under opts.known_bugs (none when unset or absent)."""
+    from torchsim_diff.corpus import known_buckets
+    return known_buckets(opts.known_bugs) if opts.known_bugs else set()
+
+
+def refine_unless_known(refiner, verdict, known: set) -> dict:
+    """Extra record fields of a verdict: a failure in a known bug's bucket is marked known and
+    left as found (reducing it again would cost time and could move it out of that bucket);
+    any other failure is reduced, then bucketed (when reduction is on)."""
+    if verdict.failed and verdict.bucket in known:
+        return {"known": True}
+    return refiner.refine(verdict) if refiner else {}
+
+
+def is_new_failure(record: dict) -> bool:
+    """Whether a record goes to the bucket history (known bugs do not)."""
+    return record["status"] == Status.FAIL.value and not record.get("known")
 
 
 def _progress(opts: CampaignOptions, budget: Budget | None, store) -> ProgressThread:
@@ -100,6 +127,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
         available = _available_routes(checker, opts.routes, result)
         refiner = _refiner(checker, opts)
+        known = load_known(opts)
 
         seen: set = set()
 
@@ -127,7 +155,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             records = []
             for route in opts.routes:
                 for verdict in _verdicts(checker, timeouts, budget, cases, route, available, result):
-                    refined = refiner.refine(verdict) if refiner and route in available else {}
+                    refined = refine_unless_known(refiner if route in available else None, verdict, known)
                     record = {**verdict.record(), **refined}
                     record["op_errors"] = op_figures.for_verdict(checker, verdict, timeouts.steady(route))
                     records.append(record)
@@ -138,7 +166,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 for record in records:
                     writer.write(record)
                     result.records.append(record)
-                    if store is not None and record["status"] == Status.FAIL.value and store.add(record):
+                    if store is not None and is_new_failure(record) and store.add(record):
                         store.save()
                 result.cases += n_cases
 
@@ -152,10 +180,10 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 drawn[0] += len(pending)
                 pending.clear()
 
-        from torchsim_diff.ray_campaign import _no_local_constants
+        from torchsim_diff.strategies import no_local_constants
         try:
             try:
-                with _no_local_constants():     # else a second campaign in one process drew other cases
+                with no_local_constants():     # else a second campaign in one process drew other cases
                     one_case()
             except _CampaignDone:
                 pass
@@ -169,7 +197,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     if store is not None:
         store.save()
         result.new_buckets = set(store.new)
-    result.bundles = write_new_bundles(result.records, result.new_buckets if store else None, opts.out_dir)
+    result.bundles = write_new_bundles(result.findings, result.new_buckets if store else None, opts.out_dir)
     return result
 
 

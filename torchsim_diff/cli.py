@@ -100,7 +100,7 @@ def cmd_fuzz(args) -> int:
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
                            reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
-                           batch=args.batch)
+                           batch=args.batch, known_bugs=None if args.known_bugs == "none" else args.known_bugs)
     try:
         result = _run_fuzz(opts, args)
     except InvalidArgument as exc:
@@ -114,6 +114,7 @@ def cmd_fuzz(args) -> int:
         print(render(rows, "plain", "Buckets"))
         if opts.bucket_store:
             print(f"{len(result.new_buckets)} new bucket(s); history in {opts.bucket_store}")
+    _print_known(result.known_findings, opts.known_bugs)
     print(f"\n{result.cases} cases, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (" (interrupted)" if result.interrupted else ""))
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
@@ -121,6 +122,13 @@ def cmd_fuzz(args) -> int:
     if result.interrupted:
         return EXIT_INTERRUPTED
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+
+
+def _print_known(records, folder) -> None:
+    """One line for failures that are known bugs: they neither fail the run nor count as new."""
+    if records:
+        buckets = sorted({r["bucket"] for r in records})
+        print(f"{len(records)} failing case(s) in known bug bucket(s) {', '.join(buckets)} (entries in {folder})")
 
 
 def _run_fuzz(opts, args):
@@ -364,6 +372,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--buckets", default=DEFAULT_HISTORY,
                    help="bucket history shared by runs, to tell new findings (default: reports/buckets.sqlite; "
                         "'none' to keep none)")
+    p.add_argument("--known-bugs", default=os.path.join("corpora", "known"), metavar="DIR",
+                   help="known-bug corpus entries: failures in their buckets are recorded as known, neither "
+                        "reduced nor new (default: corpora/known; 'none' for none)")
     p.add_argument("--no-reduce", action="store_true",
                    help="bucket failures as found instead of reducing each new one first")
     p.add_argument("--reduce-budget", type=float, default=60.0, metavar="SECONDS",

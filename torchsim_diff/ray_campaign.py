@@ -18,7 +18,6 @@ Ray is an optional extra: ``pip install 'torchsim-diff[ray]'``.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import hashlib
 import io
@@ -33,9 +32,10 @@ import time
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from torchsim_diff.campaign import (DRAWS_PER_CASE, PROGRESS_EVERY_S, CampaignOptions, CampaignResult,
-                                    _CampaignDone, write_new_bundles)
+                                    _CampaignDone, is_new_failure, load_known, refine_unless_known,
+                                    write_new_bundles)
 from torchsim_diff.kinds import Status
-from torchsim_diff.strategies import cases
+from torchsim_diff.strategies import cases, no_local_constants
 
 MAX_ARTIFACT_BYTES = 32 << 20    # a failing case's artifacts travel inside its record up to this size
 INSTALL_HINT = "pip install 'torchsim-diff[ray]'"
@@ -74,7 +74,7 @@ def plan_shards(campaign_seed: int, max_examples: int, shards: int) -> list:
 
 def draw_cases(opts: CampaignOptions, seed_value: int, count: int) -> list:
     """The first `count` distinct cases Hypothesis draws with `seed_value`, whatever this
-    process has imported (see _no_local_constants)."""
+    process has imported (see strategies.no_local_constants)."""
     strategy = cases(dtype=opts.dtype, max_nodes=opts.max_nodes, families=opts.families, ops=opts.ops,
                      special_values=opts.special_values)
     drawn, seen = [], set()
@@ -91,32 +91,12 @@ def draw_cases(opts: CampaignOptions, seed_value: int, count: int) -> list:
         if len(drawn) >= count:
             raise _CampaignDone
 
-    with _no_local_constants():
+    with no_local_constants():
         try:
             draw()
         except _CampaignDone:
             pass
     return drawn
-
-
-@contextlib.contextmanager
-def _no_local_constants():
-    """Hypothesis mixes literals mined from every local module imported so far into its draws,
-    so one seed gave other cases in an actor than in the driver, or after a shard had imported
-    more of torchsim-diff. Shards draw without them (Hypothesis's own constants stay)."""
-    try:
-        from hypothesis.internal.conjecture import providers
-        original, empty = providers._get_local_constants, providers.Constants()
-    except (ImportError, AttributeError):      # another Hypothesis: draws as it does
-        yield
-        return
-    providers._get_local_constants = lambda: empty
-    providers.CONSTANTS_CACHE.cache.clear()
-    try:
-        yield
-    finally:
-        providers._get_local_constants = original
-        providers.CONSTANTS_CACHE.cache.clear()
 
 
 class ShardRunner:
@@ -132,6 +112,7 @@ class ShardRunner:
                                repeat=opts.repeat)
         self.available = {r: self.checker.availability(r) for r in opts.routes}
         self.refiner = self._refiner()
+        self.known = load_known(opts)
         self.op_figures = OpFigures()
         self._shard, self._cases = None, []
 
@@ -162,7 +143,7 @@ class ShardRunner:
         from torchsim_diff.check import Verdict
         ok, reason, _versions = self.available[route]
         verdict = self.checker.check(case, route) if ok else Verdict(case, route, Status.SKIPPED, message=reason)
-        refined = self.refiner.refine(verdict) if self.refiner else {}
+        refined = refine_unless_known(self.refiner, verdict, self.known)
         record = {**verdict.record(), **refined}      # refine first: it may change the bucket
         record["op_errors"] = self.op_figures.for_verdict(self.checker, verdict)
         if record.get("artifacts"):
@@ -233,7 +214,7 @@ class Driver:
             self.result.records.append(record)
             if record["status"] == Status.SKIPPED.value:
                 self.result.unavailable.setdefault(record["route"], record["message"])
-            if self.store is not None and record["status"] == Status.FAIL.value and self.store.add(record):
+            if self.store is not None and is_new_failure(record) and self.store.add(record):
                 self.store.save()
         self.result.cases += 1
         self.progress.count(node)
@@ -293,7 +274,7 @@ def _with_outputs(opts: CampaignOptions, run) -> RayCampaignResult:
     if store is not None:
         store.save()
         result.new_buckets = set(store.new)
-    result.bundles = write_new_bundles(result.records, result.new_buckets if store else None, opts.out_dir)
+    result.bundles = write_new_bundles(result.findings, result.new_buckets if store else None, opts.out_dir)
     return result
 
 
