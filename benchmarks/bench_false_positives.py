@@ -36,8 +36,7 @@ from torchsim_diff import oracle
 from torchsim_diff.check import Checker
 from torchsim_diff.corpus import KNOWN, iter_entries
 from torchsim_diff.kinds import Kind
-from torchsim_diff.ray_campaign import _no_local_constants as no_local_constants
-from torchsim_diff.strategies import cases
+from torchsim_diff.strategies import cases, no_local_constants
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALUE_KINDS = (Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH)

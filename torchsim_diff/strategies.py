@@ -17,6 +17,7 @@ twice.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import random
 
@@ -479,3 +480,24 @@ class CoverageSchedule:
         if case.case_id not in self._cases:
             self._cases.add(case.case_id)
             self.counts.update(node["op"] for node in case.nodes)
+
+
+@contextlib.contextmanager
+def no_local_constants():
+    """Hypothesis mixes literals mined from every local module imported so far into its draws,
+    so one seed gave other cases in an actor than in the driver, or after a shard had imported
+    more of torchsim-diff. Campaigns, shards and benchmarks draw inside this context, without
+    them (Hypothesis's own constants stay), so that a seed alone decides the cases."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        original, empty = providers._get_local_constants, providers.Constants()
+    except (ImportError, AttributeError):      # another Hypothesis: draws as it does
+        yield
+        return
+    providers._get_local_constants = lambda: empty
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        providers.CONSTANTS_CACHE.cache.clear()
