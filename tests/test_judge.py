@@ -145,6 +145,31 @@ def test_a_reduction_off_by_a_dropped_element_fails():
     assert _judge(route, eager, truth, allowance)[0].kind == "wrong_values"
 
 
+def _variance(x):
+    return (torch.var(x, dim=(1,), correction=1, keepdim=False),)
+
+
+def _welford_float32(x):
+    mean, m2 = torch.zeros(x.shape[0]), torch.zeros(x.shape[0])
+    for k in range(x.shape[1]):
+        step = x[:, k] - mean
+        mean = mean + step / (k + 1)
+        m2 = m2 + step * (x[:, k] - mean)
+    return m2 / (x.shape[1] - 1)
+
+
+def test_variance_of_a_large_mean_allows_two_pass_and_welford_rounding_and_fails_a_clearly_wrong_value():
+    gen = torch.Generator().manual_seed(5)
+    x = (1000.0 + torch.randn(4, 64, generator=gen, dtype=torch.float64)).float().double()    # mean/sd = 1000
+    (truth,), (eager,), allowance = _references(_variance, [x], torch.float32)
+    x32 = x.float()
+    two_pass = ((x32 - x32.mean(1, keepdim=True)) ** 2).sum(1) / 63
+    for route in (two_pass, _welford_float32(x32)):
+        assert _judge(route, eager, truth, allowance)[0] is None
+    assert _judge((truth * 1.5).float(), eager, truth, allowance)[0].kind == "wrong_values"
+    assert _judge((truth * 1.01).float(), eager, truth, allowance)[0].kind == "wrong_values"
+
+
 def test_integer_programs_carry_nothing():
     def program(x):
         return (torch.sum(torch.mul(x, x)),)

@@ -286,12 +286,20 @@ def _product(length):
 
 
 def _var_allowance(args, kwargs, out, eps, variance):
+    """A variance computed by two passes or by Welford's updates (not the one-pass sum of
+    squares, whose n mean^2 / var cancellation no route uses): sqrt(n)+2 eps of the variance;
+    Welford's first-order error from the running mean, eps |mean| sqrt(n var / kept) (Chan,
+    Golub and LeVeque's bound in kappa, not kappa^2); and two passes' second-order one,
+    n dm^2 / kept, where dm = n eps mean|x| bounds an ordered sum's error in the mean."""
     x = args[0]
     n = _reduced_length(x, out)
     dim, keepdim = kwargs.get("dim"), kwargs.get("keepdim", False)
-    mean = x.mean() if dim is None and not keepdim else x.mean(dim=dim, keepdim=keepdim)
-    kept = n - kwargs.get("correction", 1)
-    return eps * (math.sqrt(n) + 2) * (variance.abs() + mean * mean * n / max(kept, 1))
+    average = (lambda t: t.mean()) if dim is None and not keepdim else (lambda t: t.mean(dim=dim, keepdim=keepdim))
+    mean, mean_error = average(x), eps * n * average(x.abs())
+    kept = max(n - kwargs.get("correction", 1), 1)
+    variance = variance.abs()
+    running_mean = mean.abs() * torch.sqrt(variance * n / kept)
+    return eps * (math.sqrt(n) + 2) * (variance + running_mean) + mean_error * mean_error * n / kept
 
 
 def _var(func, args, kwargs, out, eps):
