@@ -245,6 +245,14 @@ def test_an_overflowing_intermediate_lets_what_it_feeds_be_nonfinite_and_only_th
     assert _judge(torch.tensor([float(truth[0]), math.inf]), eager, truth, allowance)[0].kind == "nonfinite_mismatch"
 
 
+def test_a_log_softmax_whose_shifted_values_stay_below_max_must_stay_finite():
+    # corpora/known triton-log-softmax-near-overflow-inf: -Inf where float64 gives -2.97e38.
+    x = torch.tensor([1.5e38, -1.47e38]).double()
+    (truth,), (eager,), allowance = _references(lambda v: (F.log_softmax(v, dim=0),), [x], torch.float32)
+    assert not bool(allowance.overflow[0].any())
+    assert _judge(torch.tensor([0.0, -math.inf]), eager, truth, allowance)[0].kind == "nonfinite_mismatch"
+
+
 def test_a_value_whose_allowance_reaches_the_dtypes_max_may_round_to_infinity_and_one_far_from_it_may_not():
     top, eps = torch.finfo(torch.float32).max, torch.finfo(torch.float32).eps
     near, far = torch.tensor([top * (1 - 4 * eps)], dtype=torch.float64), torch.tensor([1e38], dtype=torch.float64)

@@ -407,6 +407,64 @@ ROUNDING = {
     "softmax": _softmax, "log_softmax": _log_softmax, "layer_norm": _layer_norm, "group_norm": _group_norm,
     "rms_norm": _rms_norm,
 }
+
+def _sums(func, args, kwargs, out):
+    return _magnitude(func, args, kwargs)
+
+
+def _averages(length):
+    return lambda func, args, kwargs, out: _magnitude(func, args, kwargs) * length(args, kwargs, out)
+
+
+def _partial_products(func, args, kwargs, out):
+    return func(args[0].abs().clamp(min=1.0), *args[1:], **kwargs)
+
+
+def _squares_over(x, dims, keepdim):
+    """The partial sums a mean and a variance over `dims` pass through: sum|x|, sum x^2."""
+    a = x.abs()
+    n = math.prod(x.shape[d] for d in dims) if x.dim() else 1
+    return n * torch.maximum(a.mean(dim=dims, keepdim=keepdim), (a * a).mean(dim=dims, keepdim=keepdim))
+
+
+def _variance_sums(func, args, kwargs, out):
+    x, dim = args[0], kwargs.get("dim")
+    dims = tuple(range(x.dim())) if dim is None else ((dim,) if isinstance(dim, int) else tuple(dim))
+    return _squares_over(x, dims, kwargs.get("keepdim", False))
+
+
+def _norm_sums(func, args, kwargs, out):
+    x = args[0]
+    return _squares_over(x, tuple(range(x.dim() - len(args[1]), x.dim())), True)
+
+
+def _group_sums(func, args, kwargs, out):
+    x, groups = args[0], args[1]
+    grouped = x.reshape(x.shape[0], groups, -1)
+    return _squares_over(grouped, (2,), True).expand(grouped.shape).reshape(x.shape)
+
+
+def _shifted(func, args, kwargs, out):
+    x, dim = args[0], _dim_of(args, kwargs)
+    return (x - x.amax(dim=dim, keepdim=True)).abs()
+
+
+def _shifted_reduced(func, args, kwargs, out):
+    x, dim = args[0], _dim_of(args, kwargs)
+    return (x.amax(dim=dim, keepdim=True) - x).amax(dim=dim, keepdim=kwargs.get("keepdim", False))
+
+
+# name -> the largest magnitude a dtype computation passes through on its way to each result
+# element (partial sums and products, shifted exponents); an op not listed: its result.
+PASSES_THROUGH = {
+    **{name: _sums for name in ("sum", "cumsum", "mm", "bmm", "matmul", "linear", "addmm", "baddbmm", "addbmm",
+                                "einsum", "conv1d", "conv2d")},
+    "mean": _averages(_reduced), "avg_pool2d": _averages(_window), "adaptive_avg_pool2d": _averages(_window),
+    "interpolate": _averages(_window), "prod": _partial_products, "cumprod": _partial_products,
+    "var": _variance_sums, "std": _variance_sums, "layer_norm": _norm_sums, "rms_norm": _norm_sums,
+    "group_norm": _group_sums, "softmax": _shifted, "log_softmax": _shifted, "logcumsumexp": _shifted,
+    "logsumexp": _shifted_reduced,
+}
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 ARG_EXTREMES = {"argmax": 1.0, "argmin": -1.0}
 STEPS = ("floor", "ceil", "round", "trunc", "to")     # piecewise constant: a decision at each step
@@ -573,15 +631,15 @@ def _local(rule, call, eps) -> torch.Tensor:
 
 def _may_overflow(runner, dtype):
     """(per output, per final input) bool masks of the elements fed by a node that works at
-    the dtype's overflow scale: its float64 result, or its own rounding allowance over eps
-    (the magnitude of its products and partial sums), reaches the dtype's max. In the dtype
-    such a node gives +-Inf or NaN in some summation orders, so any non-finite value it
+    the dtype's overflow scale: its float64 result, or a value it passes through on the way
+    (PASSES_THROUGH: partial sums and products, shifted exponents), reaches the dtype's max.
+    In the dtype such a node gives +-Inf or NaN in some orders, so any non-finite value it
     feeds is legitimate. Found by one rerun with those elements set to NaN."""
-    eps, top = torch.finfo(dtype).eps, torch.finfo(dtype).max
+    top = torch.finfo(dtype).max
 
     def poison(i, call):
         if call.result.dtype.is_floating_point:
-            reach = _at_overflow_scale(call, eps, top)
+            reach = _at_overflow_scale(call, top)
             if bool(reach.any()):
                 _nudge(call.result, torch.where(reach, math.nan, 0.0))
 
@@ -589,15 +647,15 @@ def _may_overflow(runner, dtype):
     return [_nonfinite(o) for o in outputs], [_nonfinite(f) for f in finals]
 
 
-def _at_overflow_scale(call, eps, top) -> torch.Tensor:
+def _at_overflow_scale(call, top) -> torch.Tensor:
     magnitude = call.result.detach().double().abs()
     reach = ~(magnitude < top)                  # beyond max, Inf or NaN in float64 already
-    rule = ROUNDING.get(call.name)
+    rule = PASSES_THROUGH.get(call.name)
     if rule is not None:
         try:
             with torch.no_grad():
-                own = torch.as_tensor(rule(call.func, call.args, call.kwargs, call.result, eps), dtype=torch.float64)
-            reach = reach | (own >= eps * top).expand(reach.shape)
+                passed = torch.as_tensor(rule(call.func, call.args, call.kwargs, call.result), dtype=torch.float64)
+            reach = reach | (passed >= top).expand(reach.shape)
         except (TypeError, ValueError, IndexError, KeyError, RuntimeError):
             pass
     return reach
