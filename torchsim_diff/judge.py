@@ -110,10 +110,13 @@ def ulp(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def scale_ulp(t: torch.Tensor, dtype: torch.dtype) -> float:
-    """The ulp at the largest finite magnitude of `t`: the unit of allowance figures, so
-    that outputs near zero (cancellation) do not make them meaningless."""
+    """The ulp at the largest finite magnitude of `t`, floored at the magnitude below which
+    the rule's atol outweighs its rtol: the unit of allowance figures, so that outputs near
+    zero (cancellation, a variance of equal values) do not make them meaningless."""
+    rtol, atol = TOLERANCES[dtype]
     finite = t[torch.isfinite(t)].abs()
-    return float(ulp(finite.max() if finite.numel() else torch.zeros((), dtype=torch.float64), dtype))
+    largest = finite.max() if finite.numel() else torch.zeros((), dtype=torch.float64)
+    return float(ulp(largest.clamp(min=atol / rtol), dtype))
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
