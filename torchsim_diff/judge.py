@@ -7,7 +7,7 @@ next to its repro.py. The whole public API:
     allowance = judge.carried(program, inputs_f64, torch.float32)   # once per case
     found, stats = judge.compare(route_out, eager_out, truth_out, where="output 0",
                                  carried=allowance.outputs[0], sensitivity=allowance.sensitivity[0],
-                                 unstable=allowance.unstable[0])
+                                 unstable=allowance.unstable[0], overflow=allowance.overflow[0])
     if found: print(found.message); found.kind   # "wrong_values", "nonfinite_mismatch", ...
 
 `inputs_f64` are the program's inputs in float64 (never mutated here: each run gets
@@ -23,7 +23,10 @@ by its allowance (random signs, SAMPLES times) and summing the per-node movement
 or integer element computed from floats (comparisons, argmax/argmin, anything derived
 from them) is judged only where that decision is stable: where the float64 margin of its
 operands exceeds margin * their carried allowance. Unstable elements are counted
-(`Stats.unstable`), never failed.
+(`Stats.unstable`), never failed. A non-finite element passes, whatever its sign or
+NaN-ness, where the truth plus what is allowed reaches the dtype's max, or where a node
+feeding it passes through values that do (`Carried.overflow`, PASSES_THROUGH): partial
+sums then overflow in some orders.
 """
 from __future__ import annotations
 
