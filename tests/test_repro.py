@@ -232,6 +232,8 @@ def test_compile_error_title_names_every_output_and_a_value_failure_the_one_its_
     failed = _record(two, kind="compile_error", message="InductorError: CantSplit")
     assert "relu(add(transpose(x), y)), transpose(x) on a" in repro.title(failed, two)
     assert "`transpose`, `add`, `relu`" in repro.render_script(failed, two)
+    many = Case.from_dict({**add_case.to_dict(), "outputs": ["v2", "v0", "v1", "v2", "v0"]})
+    assert repro.expression(many, many.outputs) == "relu(add(transpose(x), y)), transpose(x), add(transpose(x), y), ..."
     wrong = _record(two, message="output 1: values differ")
     assert "): transpose(x) on a" in repro.title(wrong, two)
 

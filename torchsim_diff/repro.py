@@ -94,6 +94,7 @@ SYMPTOMS = {"wrong_values": "returns wrong values", "nonfinite_mismatch": "retur
             "nondeterministic": "differs from run to run", "runtime_error": "raises at run time",
             "compile_error": "fails to compile"}
 INDEX_OPS = ("argmax", "argmin")
+TITLE_EXPRESSION_CHARS = 80
 
 
 def title(record: dict, case: Case) -> str:
@@ -160,7 +161,14 @@ def expression(case: Case, outputs: list | None = None) -> str:
             return f"{args[0]}.{node['op']}({', '.join(args[1:])})"
         return f"{node['op']}({', '.join(args)})"
     refs = outputs or case.outputs[:1] or [n["id"] for n in case.nodes][-1:]
-    return ", ".join(expr(ref) for ref in refs) if refs else "program()"
+    if not refs:
+        return "program()"
+    shown = [expr(refs[0])]
+    for ref in refs[1:]:      # a title stays readable: the outputs that fit, then an ellipsis
+        if len(", ".join(shown + [expr(ref)])) > TITLE_EXPRESSION_CHARS:
+            return ", ".join(shown) + ", ..."
+        shown.append(expr(ref))
+    return ", ".join(shown)
 
 
 def _input_letters(count: int) -> list:
