@@ -327,18 +327,18 @@ def _run_source(case: Case, kind: str | None) -> str:
               '    sys.exit(print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}") or 1)',
               f"allow = judge.carried(program, inputs(torch.float64), torch.{case.dtype})",
               "checks = [(f\"output {i}\", *c) for i, c in enumerate(zip(got, eager, truth, allow.outputs, "
-              "allow.sensitivity, allow.unstable))]"]
+              "allow.sensitivity, allow.unstable, allow.overflow))]"]
     if mutated:
         lines.append(f"checks += [(f\"input {{k}}\", gx[k], ex[k], tx[k], allow.inputs[k], "
-                     f"allow.input_sensitivity[k], None) for k in {mutated}]")
-    lines += ["for where, g, e, t, carried, sensitivity, unstable in checks:",
+                     f"allow.input_sensitivity[k], None, allow.input_overflow[k]) for k in {mutated}]")
+    lines += ["for where, g, e, t, carried, sensitivity, unstable, overflow in checks:",
               f"    at = (~judge.same_bits(g, e)).reshape(-1).nonzero()[:{SHOWN}, 0] if e.numel() > {SHOWN} and "
               "(g.shape, g.dtype) == (e.shape, e.dtype) else None  # a large output: its first elements that differ",
               '    print(f"{where}:" + ("" if at is None else f" shape {list(e.shape)}, flat indices {at.tolist()}"), '
               '*(f"  {n:8} {(x if at is None else x.reshape(-1)[at]).tolist()}" for n, x in '
               '(("eager", e), ("compiled", g), ("float64", t))), sep="\\n")',
               "    bad, _ = judge.compare(g, e, t, where=where, carried=carried, sensitivity=sensitivity, "
-              "unstable=unstable)",
+              "unstable=unstable, overflow=overflow)",
               "    if bad:",
               '        sys.exit(print(f"REPRODUCES: {bad.message}") or 1)']
     if kind == "guard_violation":
