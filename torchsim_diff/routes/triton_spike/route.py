@@ -3,8 +3,8 @@
 Inductor compiles the graph as on the `triton` route (same shims, same Triton kernels, same
 wrapper); every kernel launch goes to our SpikeLauncher (launcher.py), which compiles the
 kernel through TTIR -> triton-adapter-opt -> mlir-opt-19 -> mlir-translate-19 -> clang-19
-(cached per specialisation) and runs it on Spike. The compiling run only builds (its outputs
-are thrown away); each kernel runs on Spike once, in the checked run. Launches are
+(cached per specialisation) and runs it on Spike. The checked run reuses Spike's answer of
+the compiling run for a launch on the same bytes (launcher.py), so such a launch runs on Spike once. Launches are
 captured (kernels/) with the bytes Spike produced, so a failing case names the first kernel
 whose interpreter replay disagrees; kernels without reductions, dots or transcendental math
 must agree bit for bit (`bit_exact_with` in launch.json).
@@ -16,7 +16,7 @@ skips kernel capture).
 
 Metrics: cost (instructions retired by all launches of the checked run, grid walk only),
 instret_per_launch, vlen, and t_<stage> seconds for ttir, adapter, mlir_opt, translate, clang,
-link (the compiling run's, in t_compile's share) and spike (the checked run's, in t_run's).
+link and spike (the compiling run's in t_compile's share, the checked run's in t_run's).
 """
 from __future__ import annotations
 
@@ -101,11 +101,8 @@ class TritonSpikeRoute(TritonInterpreterRoute):
         if self.spike_launcher is None:
             self.setup()
         self.spike_launcher.begin(ctx)
-        self.spike_launcher.build_only = True   # builds every ELF; Spike runs them in the checked run
-        try:
-            compiled = super().compile(program, example_inputs, ctx)
-        finally:
-            self.spike_launcher.build_only = False
+        self.spike_launcher.new_case()
+        compiled = super().compile(program, example_inputs, ctx)
         for key in ("cost", "instret_per_launch"):  # the compiling run's launches are not the case's cost
             ctx.metrics.pop(key, None)
         return SpikeCompiled(compiled.compiled_fn, self, compiled.sources)
