@@ -263,10 +263,12 @@ def test_a_large_output_prints_its_first_differing_elements_not_every_element(tm
     assert status == 1 and "shape [33, 33], flat indices [" in shown and len(shown) < 1500, shown
 
 
-def test_pytorch_bug_met_on_triton_spike_reproduces_through_the_triton_route(add_case):
-    record = repro.script_record(_record(add_case, route="triton-spike", upstream="not yet filed (pytorch/pytorch)"))
+def test_pytorch_compile_error_met_on_triton_spike_reproduces_through_the_triton_route(add_case):
+    pytorch = dict(route="triton-spike", upstream="not yet filed (pytorch/pytorch)")
+    record = repro.script_record(_record(add_case, kind="compile_error", **pytorch))
     assert (record["route"], record["found_on"]) == ("triton", "triton-spike")
-    assert repro.script_record(_record(add_case, route="triton-spike"))["route"] == "triton-spike"  # adapter bugs
+    assert repro.script_record(_record(add_case, **pytorch))["route"] == "triton-spike"      # values: the executor's
+    assert repro.script_record(_record(add_case, route="triton-spike", kind="compile_error"))["route"] == "triton-spike"
 
 
 def test_kernel_ttir_names_source_files_without_their_temporary_folders(tmp_path):

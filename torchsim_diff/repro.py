@@ -548,14 +548,15 @@ def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | 
     return source
 
 
-# A PyTorch bug met on triton-spike is in Inductor's Triton codegen, before the adapter: the
-# triton route compiles the same kernels and runs them in Triton's interpreter (torch and triton only).
-SCRIPT_ROUTES = {("pytorch", "triton-spike"): "triton"}
+# A PyTorch compile error met on triton-spike is in Inductor's Triton codegen, before any kernel
+# runs: the triton route compiles the same kernels (torch and triton only). A value bug may
+# depend on the executor (masked lanes Spike leaves undefined), so it stays on its route.
+SCRIPT_ROUTES = {("pytorch", "triton-spike", "compile_error"): "triton"}
 
 
 def script_record(record: dict) -> dict:
     """`record` with the route its repro.py runs (SCRIPT_ROUTES), the route it was met on as `found_on`."""
-    route = SCRIPT_ROUTES.get((project_of(record).name, record["route"]))
+    route = SCRIPT_ROUTES.get((project_of(record).name, record["route"], record.get("kind")))
     return {**record, "route": route, "found_on": record["route"]} if route else record
 
 
