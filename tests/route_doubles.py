@@ -213,5 +213,20 @@ class SlowStartRoute(Route):
         return _Eager(program)
 
 
-for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute):
+class HostPartRoute(Route):
+    """Runs part of the program on the host, as triton-spike does with an op Inductor leaves to
+    ATen; output 0 is off by one for odd seeds (a bug in the part it did run)."""
+
+    name = "double-host-part"
+
+    def compile(self, program, example_inputs, ctx):
+        ctx.metrics["host_parts"] = ["op ran outside Triton as extern_kernels.mm"]
+
+        def corrupt(inputs, outputs, ctx):
+            if _odd_seed(ctx):
+                outputs[0].view(-1)[0] += 1
+        return _Eager(program, corrupt)
+
+
+for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute):
     DOUBLES[_cls.name] = f"tests.route_doubles:{_cls.__name__}"

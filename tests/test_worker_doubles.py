@@ -50,6 +50,14 @@ def test_inout_seeded_with_zeros_under_accumulation_is_wrong_values(checker, ino
     assert (verdict.kind, verdict.op) == (Kind.WRONG_VALUES, "add_")
 
 
+def test_a_case_run_partly_on_the_host_is_unsupported_when_right_and_fails_when_wrong(checker, add_case):
+    right = checker.check(with_seed(add_case, 2), "double-host-part")
+    assert (right.status, right.stage) == (Status.UNSUPPORTED, "host")
+    assert "extern_kernels.mm" in right.message
+    wrong = checker.check(with_seed(add_case, 1), "double-host-part")
+    assert (wrong.status, wrong.kind) == (Status.FAIL, Kind.WRONG_VALUES)
+
+
 def test_segfault_is_a_crash_and_the_run_goes_on(checker, add_case):
     crashed = checker.check(with_seed(add_case, 1), "double-segfault")
     assert crashed.kind == Kind.CRASH and "SIGSEGV" in crashed.message

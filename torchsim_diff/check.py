@@ -229,6 +229,12 @@ class Checker:
         outputs = [protocol.payload_to_tensor(p) for p in reply.outputs]
         storages = [protocol.payload_to_tensor(p) for p in reply.storages]
         mismatch, stats = oracle.judge(case, ref, outputs, storages)
+        if mismatch is None and metrics.get("host_parts"):
+            # part of the program ran on the host, not on the route: what the route ran agreed,
+            # yet the case as a whole was not tested on it
+            return Verdict(case, route, Status.UNSUPPORTED, Kind.UNSUPPORTED, "host",
+                           f"ran partly on the host ({'; '.join(metrics['host_parts'])}); "
+                           f"the route's part agreed", stats=stats, metrics=metrics)
         if mismatch is None:
             return Verdict(case, route, Status.PASS, stats=stats, metrics=metrics)
         return Verdict(case, route, Status.FAIL, mismatch.kind, "compare", mismatch.message, mismatch.op,

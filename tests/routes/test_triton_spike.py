@@ -17,7 +17,7 @@ from torchsim_diff.kernels.localise import first_divergent_kernel  # noqa: E402
 from torchsim_diff.kernels.replay import replay_artifact  # noqa: E402
 from torchsim_diff.kinds import Kind  # noqa: E402
 from torchsim_diff.routes import make_route  # noqa: E402
-from torchsim_diff.routes.base import RouteFailure, RunContext  # noqa: E402
+from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -159,6 +159,28 @@ def test_a_launch_on_the_same_bytes_runs_on_spike_once_per_case(route):
     runs, reused = route.spike_launcher._runs - before[0], route.spike_launcher.reused - before[1]
     # the compiling run ran it; the checked run reused that answer (and still recorded its cost)
     assert runs == reused == run.ctx.metrics["kernel_launches"] == len(run.ctx.metrics["instret_per_launch"]) == 1
+
+
+# ---- parts the chain cannot take run on the host; the rest still runs on Spike --------------
+TOPK_THEN_POINTWISE = ("import torch\ndef program(x0, x1):\n"
+                       "    return (torch.topk(x0, 3, dim=1).values * 2.0, torch.relu(x0.t() + 1.0))\n")
+CUMSUM_AND_POINTWISE = ("import torch\ndef program(x0, x1):\n"
+                        "    return (torch.cumsum(x0, 1), torch.relu(x1 * 2.0 + 1.0))\n")
+
+
+@pytest.mark.parametrize("source, host_part", [(TOPK_THEN_POINTWISE, "topk"), (CUMSUM_AND_POINTWISE, "cumsum")],
+                         ids=["op-left-to-aten", "scan-kernel"])
+def test_a_part_the_chain_cannot_take_runs_on_the_host_and_the_rest_on_spike(route, source, host_part):
+    run = CaseRun(route, source, make_case(tensor_spec("x0", [6, 20]), tensor_spec("x1", [5, 7])))
+    assert run.matches_eager()
+    assert any(host_part in part for part in run.ctx.metrics["host_parts"]), run.ctx.metrics.get("host_parts")
+    assert run.ctx.metrics["cost"] > 0   # the other kernels ran on Spike (check.py makes the case unsupported)
+
+
+def test_a_case_with_nothing_on_spike_is_unsupported(route):
+    only_aten = "import torch\ndef program(x0):\n    return (torch.topk(x0, 3, dim=1).values,)\n"
+    with pytest.raises(Unsupported, match="nothing ran on Spike: op ran outside Triton as .*topk"):
+        CaseRun(route, only_aten, make_case(tensor_spec("x0", [6, 20])))
 
 
 # ---- launcher doubles: each caught, and localised to the kernel ---------------------------------

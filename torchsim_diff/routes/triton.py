@@ -130,10 +130,13 @@ class _TritonRouteBase(Route):
         notes["wrapper"] = wrapper
         fallbacks = fallback_calls(wrapper)
         if fallbacks:
-            raise Unsupported(f"op ran outside Triton as {', '.join(fallbacks)} "
-                              f"(see inductor/wrapper.py); no Triton kernel tested it")
+            self._ran_outside_triton(fallbacks, ctx)
         ctx.metrics["triton_kernels"] = len(set(re.findall(r"def (triton_\w+)\(", wrapper)))
         return TritonCompiled(compiled, self, kernel_sources(wrapper))
+
+    def _ran_outside_triton(self, fallbacks: list, ctx) -> None:
+        raise Unsupported(f"op ran outside Triton as {', '.join(fallbacks)} "
+                          f"(see inductor/wrapper.py); no Triton kernel tested it")
 
     def _first_run(self, compiled, example_inputs, ctx) -> str:
         """Compile by running once on copies of the inputs; returns the generated wrapper.

@@ -136,6 +136,8 @@ class SpikeLauncher:
         # in/out buffer) runs Spike again.
         self._answers: dict = {}
         self.reused = 0
+        self.spike_launches = 0   # this case's launches that ran on Spike, compiling run included
+        self._unbuildable: dict = {}
 
     def configure(self, tools: Tools, options: SpikeOptions, workdir: str) -> "SpikeLauncher":
         self.tools, self.options, self.workdir = tools, options, workdir
@@ -148,6 +150,7 @@ class SpikeLauncher:
     def new_case(self) -> None:
         """Forget the previous case's Spike answers (a compiling run starts)."""
         self._answers.clear()
+        self.spike_launches = 0
 
     def close(self) -> None:
         self.ttir_server.close()
@@ -173,8 +176,12 @@ class SpikeLauncher:
     def launch(self, launch) -> None:
         if self.tools is None:
             raise RouteFailure(Kind.TOOL_ERROR, "setup", "SpikeLauncher used before configure()")
-        build = self.build(self.specialise(launch))
-        plan = self.plan(launch)
+        try:
+            build = self.build(self.specialise(launch))
+            plan = self.plan(launch)
+        except Unsupported as cannot:
+            self._run_on_host(launch, cannot)
+            return
         if (len(plan.pointers), len(plan.scalars)) != (build.n_pointers, build.n_scalars):
             raise RouteFailure(Kind.TOOL_ERROR, "launch", f"{launch.kernel_name}: the launch has "
                                f"{len(plan.pointers)} pointer and {len(plan.scalars)} scalar arguments, the "
@@ -182,6 +189,14 @@ class SpikeLauncher:
         launch.record_extra = {"bit_exact_with": ["interpreter"] if build.bit_exact else []}
         output = self._run(build, plan, self.storage_contents(launch, plan))
         self._write_back(plan, output)
+        self.spike_launches += 1
+
+    def _run_on_host(self, launch, cannot: Unsupported) -> None:
+        """A kernel the chain cannot express (a scan, a scalar type the driver does not pass)
+        runs in Triton's interpreter instead, so that the case's other kernels are still tested
+        on Spike. The part is recorded in `host_parts`; such a case can fail, never pass (check.py)."""
+        note_host_part(self.ctx, cannot.message)
+        launch.execute()
 
     def specialise(self, launch) -> Specialisation:
         constexprs = self.constexprs(launch)
@@ -278,11 +293,18 @@ class SpikeLauncher:
 
     # ---- the chain, once per specialisation ----------------------------------------------
     def build(self, spec: Specialisation) -> Build:
+        if spec.key in self._unbuildable:
+            folder, cannot = self._unbuildable[spec.key]
+            self._copy_artifacts(folder)
+            raise cannot
         if spec.key not in self._builds:
             folder = os.path.join(self.workdir, spec.folder_name)
             os.makedirs(folder, exist_ok=True)
             try:
                 self._builds[spec.key] = self._build(spec, folder)
+            except Unsupported as cannot:
+                self._unbuildable[spec.key] = folder, cannot
+                raise
             finally:
                 self._copy_artifacts(folder)
         else:
@@ -381,6 +403,14 @@ class SpikeLauncher:
     def _add_time(self, key: str, seconds: float) -> None:
         if self.ctx is not None:
             self.ctx.metrics[key] = self.ctx.metrics.get(key, 0.0) + seconds
+
+
+def note_host_part(ctx, what: str) -> None:
+    """Record in ctx's metrics a part of the case that ran on the host, not on Spike."""
+    if ctx is not None:
+        parts = ctx.metrics.setdefault("host_parts", [])
+        if what not in parts:
+            parts.append(what)
 
 
 # Triton unrolls tl.sort's bitonic network (static_range) into hundreds of TTIR ops, which the

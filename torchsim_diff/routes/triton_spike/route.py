@@ -24,11 +24,11 @@ import importlib
 import tempfile
 
 from torchsim_diff.kinds import Kind
-from torchsim_diff.routes.base import RouteFailure
+from torchsim_diff.routes.base import RouteFailure, Unsupported
 from torchsim_diff.routes.spike import SpikeOptions
 from torchsim_diff.routes.triton import TritonCompiled, TritonInterpreterRoute
 from torchsim_diff.routes.triton_spike import toolchain
-from torchsim_diff.routes.triton_spike.launcher import SpikeLauncher
+from torchsim_diff.routes.triton_spike.launcher import SpikeLauncher, note_host_part
 
 LAUNCHER_OPTIONS = ("launcher", "capture")
 # Half-float conversions in hardware: Inductor's float32 kernels round through fp16/bf16 for
@@ -91,6 +91,11 @@ class TritonSpikeRoute(TritonInterpreterRoute):
                              f"e.g. 'doubles.spike_launchers:ReversedGrid'")
         return launcher()
 
+    def _ran_outside_triton(self, fallbacks: list, ctx) -> None:
+        """The ops Inductor leaves to ATen run on the host, as the other kernels still run on
+        Spike; the case can then fail but never pass (check.py)."""
+        note_host_part(ctx, f"op ran outside Triton as {', '.join(fallbacks)}")
+
     def _launcher(self):
         return self.spike_launcher
 
@@ -103,6 +108,9 @@ class TritonSpikeRoute(TritonInterpreterRoute):
         self.spike_launcher.begin(ctx)
         self.spike_launcher.new_case()
         compiled = super().compile(program, example_inputs, ctx)
+        host_parts = ctx.metrics.get("host_parts")
+        if host_parts and not self.spike_launcher.spike_launches:
+            raise Unsupported(f"nothing ran on Spike: {'; '.join(host_parts)}")
         for key in ("cost", "instret_per_launch"):  # the compiling run's launches are not the case's cost
             ctx.metrics.pop(key, None)
         return SpikeCompiled(compiled.compiled_fn, self, compiled.sources)
