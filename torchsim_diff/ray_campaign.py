@@ -39,6 +39,9 @@ from torchsim_diff.strategies import cases, no_local_constants
 
 MAX_ARTIFACT_BYTES = 32 << 20    # a failing case's artifacts travel inside its record up to this size
 INSTALL_HINT = "pip install 'torchsim-diff[ray]'"
+# How long the driver waits for a first actor when none is running (starting one imports torch
+# and sets a route up, which takes minutes on a loaded machine).
+ACTOR_START_TIMEOUT_S = 600
 
 
 @dataclasses.dataclass
@@ -280,35 +283,47 @@ def _with_outputs(opts: CampaignOptions, run) -> RayCampaignResult:
 
 def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver) -> None:
     """Hand shards to idle actors a case at a time until every shard is done; a shard whose
-    actor is lost goes back to the front of the queue with its position kept."""
+    actor is lost goes back to the front of the queue with its position kept.
+
+    An actor gets its first shard once it has started. The cluster's CPU count can still
+    include a node that just died, so an actor may never be placed: it holds no shard, and
+    is dropped when the work is done (or, when no actor starts at all, the campaign stops)."""
     remote_runner = ray.remote(num_cpus=1, max_restarts=0)(ShardRunner)
     queue = collections.deque(plan)
     position = {shard.index: 0 for shard in plan}
-    actors = [remote_runner.remote(opts) for _ in range(min(slots, len(plan)))]
-    nodes = dict(zip(actors, ray.get([a.node.remote() for a in actors])))
-    inflight = {}
+    starting = {actor.node.remote(): actor for actor in
+                (remote_runner.remote(opts) for _ in range(min(slots, len(plan))))}
+    nodes, inflight = {}, {}
+    budget = _budget(opts)
 
     def give(actor):
         if queue:
             shard = queue.popleft()
             inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
 
-    budget = _budget(opts)
-    for actor in actors:
-        give(actor)
-    while inflight:
-        ready, _ = ray.wait(list(inflight), num_returns=1)
+    while inflight or (queue and starting):
+        waiting_for_starts_only = not inflight
+        ready, _ = ray.wait([*inflight, *starting], num_returns=1,
+                            timeout=ACTOR_START_TIMEOUT_S if waiting_for_starts_only else None)
+        if not ready:
+            raise RayUnavailable(f"no actor started within {ACTOR_START_TIMEOUT_S} s; the campaign stops "
+                                 f"with what it has")
+        if ready[0] in starting:
+            actor = starting.pop(ready[0])
+            try:
+                nodes[actor] = ray.get(ready[0])
+            except ray.exceptions.RayActorError:
+                continue
+            give(actor)
+            continue
         actor, shard = inflight.pop(ready[0])
         try:
             records = ray.get(ready[0])
         except ray.exceptions.RayActorError as exc:
             _lose(ray, actor, shard, position[shard.index], nodes.pop(actor), driver, exc)
             queue.appendleft(shard)
-            actors.remove(actor)
-            if not actors:
-                raise RayUnavailable("every actor was lost; the campaign stops with what it has") from None
             busy = {id(a) for a, _ in inflight.values()}
-            for idle in [a for a in actors if id(a) not in busy]:
+            for idle in [a for a in nodes if id(a) not in busy]:
                 give(idle)
             continue
         if records is None:
@@ -320,8 +335,12 @@ def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver
             queue.clear()        # the cases in flight on other actors still finish and are kept
             continue
         inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
+    if queue:
+        raise RayUnavailable("every actor was lost; the campaign stops with what it has")
     _note_budget(driver, budget)
-    ray.get([a.close.remote() for a in actors])
+    for never_started in starting.values():
+        ray.kill(never_started)
+    ray.get([actor.close.remote() for actor in nodes])
 
 
 def _budget(opts: CampaignOptions):
