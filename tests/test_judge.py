@@ -245,6 +245,22 @@ def test_an_overflowing_intermediate_lets_what_it_feeds_be_nonfinite_and_only_th
     assert _judge(torch.tensor([float(truth[0]), math.inf]), eager, truth, allowance)[0].kind == "nonfinite_mismatch"
 
 
+def _compare_sums(x, y):
+    return (torch.ge(torch.sum(x, 1), y),)
+
+
+def test_a_comparison_of_a_sum_at_the_overflow_scale_is_unstable_and_one_below_it_is_judged():
+    # The triton-spike seed-9 false positive: the float64 sum is -6e38; summed left to right in
+    # float32 the partial sums reach +Inf first, in eager's order -Inf, so ge(sum, y) may go
+    # either way. Row 1's sum (6) is far from the overflow scale: its decision is stable.
+    x = torch.tensor([[3e38, 3e38, -3e38, -3e38, -3e38, -3e38], [1.0] * 6]).double()
+    y = torch.tensor([0.0, 10.0]).double()
+    (truth,), (eager,), allowance = _references(_compare_sums, [x, y], torch.float32)
+    assert truth.tolist() == [False, False] and allowance.unstable[0].tolist() == [True, False]
+    assert _judge(torch.tensor([True, False]), eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([False, True]), eager, truth, allowance)[0].kind == "wrong_values"
+
+
 def test_a_log_softmax_whose_shifted_values_stay_below_max_must_stay_finite():
     # corpora/known triton-log-softmax-near-overflow-inf: -Inf where float64 gives -2.97e38.
     x = torch.tensor([1.5e38, -1.47e38]).double()

@@ -568,14 +568,14 @@ def carried(program, inputs, dtype: torch.dtype, *, seed: int = 0) -> Carried:
     eps = torch.finfo(dtype).eps
     node, by_op = _node_allowances(runner, calls, outputs, finals, eps, gen, dtype)
     sens, input_sens = _sensitivity(runner, outputs, finals, eps, gen)
-    unstable_calls = _unstable_decisions(calls, node["calls"], dtype)
+    overflow, input_overflow, overflow_fed = _may_overflow(runner, calls, dtype)
+    unstable_calls = _unstable_decisions(calls, node["calls"], dtype, overflow_fed)
     flipped_out, flipped_in, unstable = _flip(runner, calls, outputs, finals, unstable_calls)
     probed = _probe(runner, calls, outputs, eps, gen, dtype)
     unstable = [u if u is None else u | (a > 0) | p for u, a, p in zip(unstable, node["outputs"], probed)]
     out_allow = [torch.zeros_like(a) if u is not None else a + f
                  for a, f, u in zip(node["outputs"], flipped_out, unstable)]
     in_allow = [a + f for a, f in zip(node["inputs"], flipped_in)]
-    overflow, input_overflow = _may_overflow(runner, dtype)
     return Carried(out_allow, in_allow, sens, input_sens, unstable, by_op, overflow, input_overflow)
 
 
@@ -635,12 +635,13 @@ def _local(rule, call, eps) -> torch.Tensor:
         return torch.zeros(call.result.shape, dtype=torch.float64)
 
 
-def _may_overflow(runner, dtype):
-    """(per output, per final input) bool masks of the elements fed by a node that works at
-    the dtype's overflow scale: its float64 result, or a value it passes through on the way
-    (PASSES_THROUGH: partial sums and products, shifted exponents), reaches the dtype's max.
-    In the dtype such a node gives +-Inf or NaN in some orders, so any non-finite value it
-    feeds is legitimate. Found by one rerun with those elements set to NaN."""
+def _may_overflow(runner, calls, dtype):
+    """(per output, per final input, per call) bool masks of the elements fed by a node that
+    works at the dtype's overflow scale: its float64 result, or a value it passes through on
+    the way (PASSES_THROUGH: partial sums and products, shifted exponents), reaches the
+    dtype's max. In the dtype such a node gives +-Inf or NaN in some orders, so any
+    non-finite value it feeds is legitimate, and a decision on such a value (a comparison of
+    a sum that overflows) may go either way. Found by one rerun with those elements set to NaN."""
     top = torch.finfo(dtype).max
 
     def poison(i, call):
@@ -649,8 +650,15 @@ def _may_overflow(runner, dtype):
             if bool(reach.any()):
                 _nudge(call.result, torch.where(reach, math.nan, 0.0))
 
-    _, outputs, finals = runner.run(poison)
-    return [_nonfinite(o) for o in outputs], [_nonfinite(f) for f in finals]
+    poisoned, outputs, finals = runner.run(poison)
+    fed = [_newly_nan(p.value, c.value) for p, c in zip(poisoned, calls)]
+    return [_nonfinite(o) for o in outputs], [_nonfinite(f) for f in finals], fed
+
+
+def _newly_nan(poisoned: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
+    if not poisoned.dtype.is_floating_point or poisoned.shape != clean.shape:
+        return torch.zeros(clean.shape, dtype=torch.bool)
+    return torch.isnan(poisoned) & ~torch.isnan(clean)
 
 
 def _at_overflow_scale(call, top) -> torch.Tensor:
@@ -710,19 +718,25 @@ def _sensitivity(runner, outputs, finals, eps, gen):
     return ([_delta(g, o) for g, o in zip(got_out, outputs)], [_delta(g, f) for g, f in zip(got_in, finals)])
 
 
-def _unstable_decisions(calls, allowances, dtype) -> dict:
-    """call index -> (mask of elements rounding may flip, the flipped result)."""
+def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
+    """call index -> (mask of elements rounding may flip, the flipped result).
+    overflow_fed: per call, the elements fed by a node at the dtype's overflow scale; a
+    decision on them may go either way too."""
     index_of: dict = {}
 
     def allowance(x):
         i = index_of.get(id(x)) if isinstance(x, torch.Tensor) else None
         return allowances[i] if i is not None else torch.zeros((), dtype=torch.float64)
 
+    def overflowed(x):
+        i = index_of.get(id(x)) if isinstance(x, torch.Tensor) else None
+        return overflow_fed[i] if i is not None and i < len(overflow_fed) else torch.zeros((), dtype=torch.bool)
+
     found = {}
     for i, call in enumerate(calls):
         index_of[id(call.result)] = i
         if call.name in COMPARISONS:
-            found[i] = _unstable_comparison(call, allowance, dtype)
+            found[i] = _unstable_comparison(call, allowance, overflowed, dtype)
         elif call.name in ARG_EXTREMES:
             found[i] = _unstable_extreme(call, allowance, dtype)
         elif call.name in STEPS:
@@ -734,13 +748,13 @@ def _operand(x):
     return x.double() if isinstance(x, torch.Tensor) else torch.tensor(float(x), dtype=torch.float64)
 
 
-def _unstable_comparison(call, allowance, dtype):
+def _unstable_comparison(call, allowance, overflowed, dtype):
     a, b = call.args[0], call.args[1]
     if not any(isinstance(x, torch.Tensor) and x.dtype.is_floating_point for x in (a, b)):
         return None
     room = margin(dtype, call.value.numel()) * (allowance(a) + allowance(b))
     gap = (_operand(a) - _operand(b)).abs()
-    mask = ((gap <= room) & (room > 0)).expand(call.value.shape)
+    mask = (((gap <= room) & (room > 0)) | overflowed(a) | overflowed(b)).expand(call.value.shape)
     return mask, torch.where(mask, ~call.value, call.value)
 
 
