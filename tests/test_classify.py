@@ -1,7 +1,7 @@
 """Signatures: one bug, one bucket, whatever sizes, names and paths its messages carry."""
 import pytest
 
-from torchsim_diff.classify import bucket_of, finding_type, normalise, signature
+from torchsim_diff.classify import bucket_of, finding_type, normalise, signature, unwrap_nested
 
 SAME_BUG = [
     ("torch-mlir import failed: failed to legalize operation 'torch.constant.bool': "
@@ -113,3 +113,19 @@ def test_buckets_rank_distinct_first():
     ranked = rank_buckets({"a": ("triton|wrong_values|add|strided", 9), "b": ("triton|wrong_values|mul|strided", 8),
                            "c": ("triton|compile_error|LoweringException", 1)})
     assert ranked == ["a", "c", "b"]
+
+
+class InterpreterError(Exception):
+    """Stands for triton.runtime.errors.InterpreterError, which wraps repr(error)."""
+
+
+def test_an_error_rewrapped_once_per_kernel_nesting_is_one_message():
+    inner = TypeError("ufunc 'bitwise_or' not supported for the input types, and the inputs could not be "
+                      "safely coerced to any supported types according to the casting rule ''safe''")
+    once = InterpreterError(repr(inner))
+    twice = InterpreterError(repr(InterpreterError(repr(inner))))
+    other = InterpreterError(repr(ValueError("ufunc 'bitwise_and' not supported")))
+    message = "InterpreterError: {!r}\n--- traceback tail ---\n  File ...".format
+    assert signature("triton", "compile_error", message(once)) == signature("triton", "compile_error", message(twice))
+    assert signature("triton", "compile_error", message(once)) != signature("triton", "compile_error", message(other))
+    assert unwrap_nested(message(once).splitlines()[0]) == message(once).splitlines()[0]  # one layer: kept as is

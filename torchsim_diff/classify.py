@@ -8,6 +8,7 @@ one minimal example per bug.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import re
 
@@ -46,10 +47,29 @@ _FINDING_TYPES: dict = {}
 def normalise(message: str) -> str:
     """The stable part of a failure message (see module docstring)."""
     lines = [ln.strip() for ln in message.split("--- traceback tail ---")[0].splitlines() if ln.strip()]
-    text = " | ".join(lines[:MESSAGE_LINES])
+    text = " | ".join([unwrap_nested(ln) for ln in lines[:1]] + lines[1:MESSAGE_LINES])
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text.strip()[:300]
+
+
+_WRAPPED = re.compile(r"(\w+Error)\((.*)\)$", re.S)
+
+
+def unwrap_nested(line: str) -> str:
+    """`X: E(repr(E(repr(error))))` -> `X: E(repr(error))`. Triton's interpreter re-raises an
+    error as InterpreterError(repr(error)), once more per level of kernel nesting, and each
+    level escapes the text again: one bug, one message."""
+    head, sep, expr = line.partition(": ")
+    while (wrapped := _WRAPPED.match(expr)):
+        try:
+            inner = ast.literal_eval(wrapped.group(2))
+        except (ValueError, SyntaxError):
+            break
+        if not (isinstance(inner, str) and inner.startswith(wrapped.group(1) + "(")):
+            break
+        expr = inner
+    return head + sep + expr
 
 
 def signature(route: str, kind: Kind | str, message: str, op: str | None = None, where: str | None = None) -> str:
