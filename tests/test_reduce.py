@@ -200,6 +200,23 @@ def test_one_layout_bug_through_two_ops_lands_in_one_bucket(zoo_routes, tmp_path
     assert len(fields[0]["reduced_case"]["nodes"]) <= 1
 
 
+def test_a_failure_that_reduces_to_a_known_bugs_case_is_that_known_bug(zoo_routes, tmp_path):
+    from torchsim_diff.campaign import refine_unless_known
+    transposed = ("x0", [4, 3], [1, 4], 0, 12, {"classes": ["transposed"]})
+    sin = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}}], [transposed], ["v0"])
+    sin_then_relu = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}},
+                               {"id": "v1", "op": "relu", "args": ["v0"], "attrs": {}}], [transposed], ["v1"])
+    with Checker(out_dir=str(tmp_path)) as checker:
+        refiner = reduce.Refiner(checker, budget_s=60)
+        first, found = (checker.check(case, "zoo-layout-dropped") for case in (sin, sin_then_relu))
+        # a known entry holds the minimal case, bucketed as it is checked
+        known = {refiner.refine(first)["minimal_bucket"]}
+        assert found.failed and found.bucket not in known       # filed under relu before reduction
+        fields = refine_unless_known(refiner, found, known)
+    assert fields["known"] and fields["bucket"] in known
+    assert "known" not in refine_unless_known(refiner, found, set())
+
+
 def test_two_bugs_on_one_op_and_layout_keep_two_buckets(zoo_routes, tmp_path):
     """A lost write and a zero-seeded write both break x.add_(y); the symptom keeps them apart."""
     case = make_case([{"id": "v0", "op": "add_", "args": ["x0", "x1"], "attrs": {}}],

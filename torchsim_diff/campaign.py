@@ -91,10 +91,15 @@ def load_known(opts: CampaignOptions) -> set:
 def refine_unless_known(refiner, verdict, known: set) -> dict:
     """Extra record fields of a verdict: a failure in a known bug's bucket is marked known and
     left as found (reducing it again would cost time and could move it out of that bucket);
-    any other failure is reduced, then bucketed (when reduction is on)."""
+    any other failure is reduced, then bucketed (when reduction is on). One whose minimal case
+    lands in a known bug's bucket (known entries are minimal cases, bucketed as checked) is
+    that bug: marked known, in its bucket."""
     if verdict.failed and verdict.bucket in known:
         return {"known": True}
-    return refiner.refine(verdict) if refiner else {}
+    fields = refiner.refine(verdict) if refiner else {}
+    if verdict.failed and fields.get("minimal_bucket") in known:
+        return {**fields, "bucket": fields["minimal_bucket"], "known": True}
+    return fields
 
 
 def is_new_failure(record: dict) -> bool:

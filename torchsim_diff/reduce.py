@@ -607,13 +607,14 @@ class Refinement:
     seconds: float
     runs: int
     reduced_artifacts: str | None = None
+    minimal_bucket: str | None = None   # the minimal case's bucket as checked, before refinement
 
     def fields(self) -> dict:
         """Extra results.jsonl fields of a refined record."""
         return {"signature": self.signature, "reduced_case": self.reduced, "first_op": self.first_op,
                 "trigger": self.trigger,
                 "reduce_s": round(self.seconds, 3), "reduce_runs": self.runs,
-                "reduced_artifacts": self.reduced_artifacts}
+                "reduced_artifacts": self.reduced_artifacts, "minimal_bucket": self.minimal_bucket}
 
 
 class Refiner:
@@ -669,7 +670,8 @@ class Refiner:
             signature = classify.with_trigger(minimal.signature, trigger)
         refinement = Refinement(signature or verdict.signature, result.reduced.to_dict(), first_op, trigger,
                                 time.perf_counter() - started, result.runs + 1,
-                                minimal.artifact_dir if minimal.artifacts else None)
+                                minimal.artifact_dir if minimal.artifacts else None,
+                                minimal.bucket if minimal.failed else None)
         return {"signature": refinement.signature, "fields": refinement.fields()}
 
     def _first_divergent_op(self, minimal) -> str | None:
