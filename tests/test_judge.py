@@ -261,6 +261,35 @@ def test_a_comparison_of_a_sum_at_the_overflow_scale_is_unstable_and_one_below_i
     assert _judge(torch.tensor([False, True]), eager, truth, allowance)[0].kind == "wrong_values"
 
 
+def _sign_of_a_sum(x):
+    return (torch.sign(torch.sum(x, 1)),)
+
+
+def test_what_an_overflowing_sum_feeds_may_be_finite_too():
+    # The inductor seed-1 false positive: Inductor's order sums to NaN, and sign(NaN) = 0 where
+    # eager's +Inf gives 1. Row 1 sums ones: nothing near overflow, so 0 there still fails.
+    x = torch.tensor([[3e38, 3e38, -3e38, -3e38, 3e38, 3e38], [1.0] * 6]).double()
+    (truth,), (eager,), allowance = _references(_sign_of_a_sum, [x], torch.float32)
+    assert allowance.overflow[0].tolist() == [True, False]
+    assert _judge(torch.tensor([0.0, 1.0]), eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([1.0, 0.0]), eager, truth, allowance)[0].kind == "wrong_values"
+
+
+def test_a_normalisation_whose_variance_overflows_may_come_out_finite():
+    # The inductor seed-1 group_norm false positive: the variance of 8.5e37-sized values
+    # overflows float32, so x / sqrt(var) is 0 in Inductor's order and NaN in eager's (there),
+    # where float64 gives -4.2e38 (beyond float32's max) and -1.41.
+    def program(x, w):
+        return (F.group_norm(x, 1, weight=w),)
+    x = torch.tensor([[[8.5e37], [-8.5e37], [1.0], [2.0]]]).double()
+    w = torch.tensor([-3e38, 1.0, 1.0, 1.0]).double()
+    (truth,), _, allowance = _references(program, [x, w], torch.float32)
+    assert float(truth[0, 0, 0]) < -torch.finfo(torch.float32).max and bool(allowance.overflow[0].all())
+    eager, zeros = torch.full(truth.shape, math.nan), torch.zeros(truth.shape)
+    assert _judge(zeros, eager, truth, allowance, carried=False)[0].kind == "nonfinite_mismatch"   # the old rule
+    assert _judge(zeros, eager, truth, allowance)[0] is None
+
+
 def test_a_log_softmax_whose_shifted_values_stay_below_max_must_stay_finite():
     # corpora/known triton-log-softmax-near-overflow-inf: -Inf where float64 gives -2.97e38.
     x = torch.tensor([1.5e38, -1.47e38]).double()

@@ -24,9 +24,10 @@ or integer element computed from floats (comparisons, argmax/argmin, anything de
 from them) is judged only where that decision is stable: where the float64 margin of its
 operands exceeds margin * their carried allowance. Unstable elements are counted
 (`Stats.unstable`), never failed. A non-finite element passes, whatever its sign or
-NaN-ness, where the truth plus what is allowed reaches the dtype's max, or where a node
-feeding it passes through values that do (`Carried.overflow`, PASSES_THROUGH): partial
-sums then overflow in some orders.
+NaN-ness, where the truth plus what is allowed reaches the dtype's max. Where a node feeding
+an element passes through values that do (`Carried.overflow`, PASSES_THROUGH), partial sums
+overflow in some orders and the element may be any value (x / Inf = 0, sign(NaN) = 0): it
+is not judged, and a decision on it is unstable.
 """
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ def compare(got, eager, truth, *, where: str = "output 0", carried=None, sensiti
     sensitivity: the inputs' conditioning allowance, of which the tensor's max is used;
     unstable: bool mask of discrete elements not to judge (None: judge all);
     overflow: bool mask of elements fed by a node at the dtype's overflow scale (Carried.overflow),
-    where any non-finite value passes (None: none).
+    where any value passes (None: none).
     """
     if list(got.shape) != list(eager.shape):
         return Mismatch("shape_mismatch", where, f"{where}: shape {list(got.shape)} != eager's {list(eager.shape)}"), Stats()
@@ -168,7 +169,8 @@ def _compare_float(got, eager, truth, where, carried, sensitivity, overflow):
     g, e, t = got.double(), eager.double(), truth.double()
     rounded = truth.to(got.dtype).double()
     allowed = allowed_error(eager, truth, carried=carried, sensitivity=sensitivity)
-    excused = ~torch.isfinite(g) & _may_be_nonfinite(t, allowed, got.dtype, overflow)
+    fed = torch.zeros(t.shape, dtype=torch.bool) if overflow is None else overflow.expand_as(t)
+    excused = (~torch.isfinite(g) & _may_be_nonfinite(t, allowed, got.dtype, overflow)) | fed
     bad_nonfinite = ~_same_class(g, e) & ~_same_class(g, rounded) & ~excused
     if bad_nonfinite.any():
         return Mismatch("nonfinite_mismatch", where,
@@ -176,7 +178,7 @@ def _compare_float(got, eager, truth, where, carried, sensitivity, overflow):
     finite = torch.isfinite(g) & torch.isfinite(e) & torch.isfinite(t)
     err = torch.where(finite, (g - t).abs(), torch.zeros_like(t))
     stats = _stats(err, torch.where(finite, (e - t).abs(), torch.zeros_like(t)), t, got.dtype, carried)
-    wrong = finite & (err > allowed)
+    wrong = finite & (err > allowed) & ~fed
     if wrong.any():
         return Mismatch("wrong_values", where, message(where, "values differ", wrong, g, t, err, allowed)), stats
     return None, stats
@@ -568,11 +570,12 @@ def carried(program, inputs, dtype: torch.dtype, *, seed: int = 0) -> Carried:
     eps = torch.finfo(dtype).eps
     node, by_op = _node_allowances(runner, calls, outputs, finals, eps, gen, dtype)
     sens, input_sens = _sensitivity(runner, outputs, finals, eps, gen)
-    overflow, input_overflow, overflow_fed = _may_overflow(runner, calls, dtype)
+    overflow, input_overflow, overflow_fed = _may_overflow(runner, calls, outputs, finals, dtype)
     unstable_calls = _unstable_decisions(calls, node["calls"], dtype, overflow_fed)
     flipped_out, flipped_in, unstable = _flip(runner, calls, outputs, finals, unstable_calls)
     probed = _probe(runner, calls, outputs, eps, gen, dtype)
-    unstable = [u if u is None else u | (a > 0) | p for u, a, p in zip(unstable, node["outputs"], probed)]
+    unstable = [u if u is None else u | (a > 0) | p | o
+                for u, a, p, o in zip(unstable, node["outputs"], probed, overflow)]
     out_allow = [torch.zeros_like(a) if u is not None else a + f
                  for a, f, u in zip(node["outputs"], flipped_out, unstable)]
     in_allow = [a + f for a, f in zip(node["inputs"], flipped_in)]
@@ -635,13 +638,15 @@ def _local(rule, call, eps) -> torch.Tensor:
         return torch.zeros(call.result.shape, dtype=torch.float64)
 
 
-def _may_overflow(runner, calls, dtype):
+def _may_overflow(runner, calls, outputs, finals, dtype):
     """(per output, per final input, per call) bool masks of the elements fed by a node that
     works at the dtype's overflow scale: its float64 result, or a value it passes through on
     the way (PASSES_THROUGH: partial sums and products, shifted exponents), reaches the
-    dtype's max. In the dtype such a node gives +-Inf or NaN in some orders, so any
-    non-finite value it feeds is legitimate, and a decision on such a value (a comparison of
-    a sum that overflows) may go either way. Found by one rerun with those elements set to NaN."""
+    dtype's max. In the dtype such a node gives +-Inf or NaN in some orders, and what it
+    feeds may then be any value: non-finite, or finite where an op maps those to numbers
+    (x / Inf = 0 in a normalisation whose variance overflows, sign(NaN) = 0), and a decision
+    on it (a comparison of a sum that overflows) may go either way. Found by one rerun with
+    those elements set to NaN: an element that differs from the clean run is fed."""
     top = torch.finfo(dtype).max
 
     def poison(i, call):
@@ -650,9 +655,10 @@ def _may_overflow(runner, calls, dtype):
             if bool(reach.any()):
                 _nudge(call.result, torch.where(reach, math.nan, 0.0))
 
-    poisoned, outputs, finals = runner.run(poison)
+    poisoned, got_out, got_in = runner.run(poison)
     fed = [_newly_nan(p.value, c.value) for p, c in zip(poisoned, calls)]
-    return [_nonfinite(o) for o in outputs], [_nonfinite(f) for f in finals], fed
+    return ([_delta(g, o) > 0 for g, o in zip(got_out, outputs)],
+            [_delta(g, f) > 0 for g, f in zip(got_in, finals)], fed)
 
 
 def _newly_nan(poisoned: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
@@ -673,10 +679,6 @@ def _at_overflow_scale(call, top) -> torch.Tensor:
         except (TypeError, ValueError, IndexError, KeyError, RuntimeError):
             pass
     return reach
-
-
-def _nonfinite(t: torch.Tensor) -> torch.Tensor:
-    return ~torch.isfinite(t) if t.dtype.is_floating_point else torch.zeros(t.shape, dtype=torch.bool)
 
 
 def _probe(runner, calls, outputs, eps, gen, dtype):
