@@ -133,6 +133,15 @@ def test_half_precision_with_zfh_matches_eager(tmp_path):
         assert_same_as_eager(outputs, *rest)
 
 
+def test_an_intrinsic_newer_than_llvm19_becomes_its_libm_call(tmp_path):
+    # torch-mlir's LLVM lowers math.atan2 to llvm.atan2.f32, which clang-19 calls by that name:
+    # the link failed (bucket 55774ec483 of the 1,000-case spike campaign).
+    case = case_of(spec("x0", [3, 9]), spec("x1", [3, 9]))
+    for outputs, *rest, _ in run_route(ROUTE, lambda x0, x1: (torch.atan2(x0, x1),), case, tmp_path):
+        assert_same_as_eager(outputs, *rest)
+    assert "call float @atan2f(" in (tmp_path / "kernel.ll").read_text()
+
+
 def test_runtime_assertion_in_the_kernel_is_a_crash_with_its_message(tmp_path):
     def gather_columns(x0, x1):
         return (torch.gather(x0, 1, x1),)

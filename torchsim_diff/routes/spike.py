@@ -167,16 +167,23 @@ _DROPPED_ATTRIBUTES = re.compile(r" (?:nocreateundeforpoison|samesign|initialize
                                  r"|captures\((?!none\))[^)]*\))")
 
 
+# Intrinsics newer than LLVM 19, which clang-19 would emit as calls of a symbol named after the
+# intrinsic (undefined at link): the libm function LLVM lowers them to, which picolibc has.
+NEWER_INTRINSICS = {"@llvm.atan2.f32(": "@atan2f(", "@llvm.atan2.f64(": "@atan2("}
+
+
 def downgrade_llvm_ir(text: str) -> str:
     """Textual LLVM IR from torch-mlir's bundled (newer) LLVM, in the syntax clang-19 reads.
 
     Rewrites the spellings seen in practice: float literals (``+qnan``, ``-inf``,
-    ``+snan(0x..)``, ``+nan(0x..)``, ``f0x3FB504F3``, inexact decimals) and attributes
-    LLVM 19 lacks. Anything else fails at the compile stage with clang's message, which
-    names the construct to add here.
+    ``+snan(0x..)``, ``+nan(0x..)``, ``f0x3FB504F3``, inexact decimals), attributes
+    LLVM 19 lacks, and intrinsics it lacks (NEWER_INTRINSICS). Anything else fails at the
+    compile or link stage with the tool's message, which names the construct to add here.
     """
     text = text.replace("captures(none)", "nocapture")
     text = _DROPPED_ATTRIBUTES.sub("", text)
+    for intrinsic, libm_call in NEWER_INTRINSICS.items():
+        text = text.replace(intrinsic, libm_call)
     return "\n".join(_NEW_FLOAT_LITERAL.sub(_old_float_literal, line) for line in text.split("\n"))
 
 
@@ -523,7 +530,7 @@ def _tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 def _error_lines(log: str, limit: int = 6) -> str:
     """The lines that say what went wrong (a backend crash ends in a long stack dump)."""
-    errors = [line for line in log.splitlines() if "error" in line.lower()][:limit]
+    errors = [line for line in log.splitlines() if "error" in line.lower() or "undefined reference" in line][:limit]
     return "\n".join(errors) if errors else _tail(log, 1500)
 
 
