@@ -290,6 +290,20 @@ def test_a_normalisation_whose_variance_overflows_may_come_out_finite():
     assert _judge(zeros, eager, truth, allowance)[0] is None
 
 
+def test_addcdiv_may_overflow_in_its_quotient_though_its_result_does_not():
+    # The inductor seed-11 false positive: 0.5 * (t1 / t2) with a subnormal t2 forms -3.6e38
+    # (beyond float32's max) before the halving; eager halves first. Without the tiny divisor
+    # an Inf is still wrong.
+    def program(x, t1, t2):
+        return (torch.addcdiv(x, t1, t2, value=0.5),)
+    x, t1 = torch.tensor([9.6e-39, 1.0]).double(), torch.tensor([-0.4699, -0.4699]).double()
+    t2 = torch.tensor([1.3e-39, 2.0]).double().float().double()
+    (truth,), (eager,), allowance = _references(program, [x, t1, t2], torch.float32)
+    assert math.isfinite(float(eager[0])) and allowance.overflow[0].tolist() == [True, False]
+    assert _judge(torch.tensor([-math.inf, float(eager[1])]), eager, truth, allowance)[0] is None
+    assert _judge(torch.tensor([float(eager[0]), -math.inf]), eager, truth, allowance)[0].kind == "nonfinite_mismatch"
+
+
 def test_a_log_softmax_whose_shifted_values_stay_below_max_must_stay_finite():
     # corpora/known triton-log-softmax-near-overflow-inf: -Inf where float64 gives -2.97e38.
     x = torch.tensor([1.5e38, -1.47e38]).double()

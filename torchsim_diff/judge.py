@@ -462,6 +462,16 @@ def _shifted_reduced(func, args, kwargs, out):
     return (x.amax(dim=dim, keepdim=True) - x).amax(dim=dim, keepdim=kwargs.get("keepdim", False))
 
 
+def _fused(combine):
+    """addcmul / addcdiv, input + value * (t1 op t2): a decomposition may form t1 op t2 or
+    value * t1 first, and either may overflow where the result does not."""
+    def rule(func, args, kwargs, out):
+        t1, t2 = args[1], args[2]
+        value = abs(float(kwargs.get("value", 1.0)))
+        return torch.maximum(combine(t1, t2).abs(), value * t1.abs())
+    return rule
+
+
 # name -> the largest magnitude a dtype computation passes through on its way to each result
 # element (partial sums and products, shifted exponents); an op not listed: its result.
 PASSES_THROUGH = {
@@ -471,7 +481,7 @@ PASSES_THROUGH = {
     "interpolate": _averages(_window), "prod": _partial_products, "cumprod": _partial_products,
     "var": _variance_sums, "std": _variance_sums, "layer_norm": _norm_sums, "rms_norm": _norm_sums,
     "group_norm": _group_sums, "softmax": _shifted, "log_softmax": _shifted, "logcumsumexp": _shifted,
-    "logsumexp": _shifted_reduced,
+    "logsumexp": _shifted_reduced, "addcdiv": _fused(torch.div), "addcmul": _fused(torch.mul),
 }
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 ARG_EXTREMES = {"argmax": 1.0, "argmin": -1.0}
