@@ -83,6 +83,7 @@ def test_known_bucket_is_recorded_not_raised(suite, tmp_path):
     result.assert_outcomes(passed=1)
     records = _records(suite.path / "run")
     assert records and all(r["known"] for r in records if r["status"] == "fail")
+    result.stdout.fnmatch_lines(["NEW buckets: none"])        # a known bug is not new
 
 
 def test_xdist_workers_write_their_own_records_and_the_controller_merges(suite):

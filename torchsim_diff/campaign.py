@@ -97,7 +97,13 @@ def refine_unless_known(refiner, verdict, known: set) -> dict:
     if verdict.failed and verdict.bucket in known:
         return {"known": True}
     fields = refiner.refine(verdict) if refiner else {}
-    if verdict.failed and fields.get("minimal_bucket") in known:
+    return known_by_minimal_case(fields, known) if verdict.failed else fields
+
+
+def known_by_minimal_case(fields: dict, known: set) -> dict:
+    """A refined failure's fields, marked known and moved into the known bug's bucket when its
+    minimal case lands there."""
+    if fields.get("minimal_bucket") in known:
         return {**fields, "bucket": fields["minimal_bucket"], "known": True}
     return fields
 

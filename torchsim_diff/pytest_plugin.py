@@ -361,8 +361,10 @@ class FuzzSession:
         records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
         if not records:
             return
+        from torchsim_diff.campaign import known_by_minimal_case
         from torchsim_diff.reduce import apply_refinements
-        records = apply_refinements(records, self.report_dir)
+        records = [known_by_minimal_case(r, self.known) if r["status"] == "fail" else r
+                   for r in apply_refinements(records, self.report_dir)]
         terminalreporter.section("torchsim-diff")
         new = self._update_bucket_history(records)
         from torchsim_diff.campaign import write_new_bundles
@@ -394,8 +396,9 @@ class FuzzSession:
     def _update_bucket_history(self, records) -> set:
         from torchsim_diff.buckets import BucketStore
         store = BucketStore(self._history_path())
+        from torchsim_diff.campaign import is_new_failure
         for record in records:
-            if record["status"] == "fail":
+            if is_new_failure(record):     # a known bug is not new
                 store.add(record)
         store.save()
         return store.new
