@@ -96,8 +96,7 @@ def refine_unless_known(refiner, verdict, known: set) -> dict:
     that bug: marked known, in its bucket."""
     if verdict.failed and verdict.bucket in known:
         return {"known": True}
-    fields = refiner.refine(verdict) if refiner else {}
-    return known_by_minimal_case(fields, known) if verdict.failed else fields
+    return known_by_minimal_case(refiner.refine(verdict) if refiner else {}, known)
 
 
 def known_by_minimal_case(fields: dict, known: set) -> dict:

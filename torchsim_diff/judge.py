@@ -736,13 +736,15 @@ def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
     decision on them may go either way too."""
     index_of: dict = {}
 
-    def allowance(x):
-        i = index_of.get(id(x)) if isinstance(x, torch.Tensor) else None
-        return allowances[i] if i is not None else torch.zeros((), dtype=torch.float64)
+    def of_producer(per_call: list, default: torch.Tensor):
+        """x -> per_call's entry for the call that produced x (default: an input or a scalar)."""
+        def lookup(x):
+            i = index_of.get(id(x)) if isinstance(x, torch.Tensor) else None
+            return per_call[i] if i is not None and i < len(per_call) else default
+        return lookup
 
-    def overflowed(x):
-        i = index_of.get(id(x)) if isinstance(x, torch.Tensor) else None
-        return overflow_fed[i] if i is not None and i < len(overflow_fed) else torch.zeros((), dtype=torch.bool)
+    allowance = of_producer(allowances, torch.zeros((), dtype=torch.float64))
+    overflowed = of_producer(overflow_fed, torch.zeros((), dtype=torch.bool))
 
     found = {}
     for i, call in enumerate(calls):

@@ -361,13 +361,11 @@ class FuzzSession:
         records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
         if not records:
             return
-        from torchsim_diff.campaign import known_by_minimal_case
+        from torchsim_diff.campaign import known_by_minimal_case, write_new_bundles
         from torchsim_diff.reduce import apply_refinements
-        records = [known_by_minimal_case(r, self.known) if r["status"] == "fail" else r
-                   for r in apply_refinements(records, self.report_dir)]
+        records = [known_by_minimal_case(r, self.known) for r in apply_refinements(records, self.report_dir)]
         terminalreporter.section("torchsim-diff")
         new = self._update_bucket_history(records)
-        from torchsim_diff.campaign import write_new_bundles
         bundles = write_new_bundles(records, new, self.report_dir)
         for line in report.end_report(records, new, bundles, self.report_dir, self.unavailable()):
             terminalreporter.write_line(line)
@@ -395,8 +393,8 @@ class FuzzSession:
 
     def _update_bucket_history(self, records) -> set:
         from torchsim_diff.buckets import BucketStore
-        store = BucketStore(self._history_path())
         from torchsim_diff.campaign import is_new_failure
+        store = BucketStore(self._history_path())
         for record in records:
             if is_new_failure(record):     # a known bug is not new
                 store.add(record)
