@@ -95,3 +95,19 @@ def test_xdist_workers_write_their_own_records_and_the_controller_merges(suite):
     files = sorted(f for f in os.listdir(report) if f.startswith("results"))
     assert files == ["results-gw0.jsonl", "results-gw1.jsonl"]
     result.stdout.fnmatch_lines(["Summary*", "eager*"])
+
+
+def test_a_bug_ends_the_item_that_found_it_first_and_the_others_record_it(suite):
+    # every case of either item fails in one bucket (relu's wrong element); items on two workers
+    suite.makepyfile(test_suite=SUITE.replace('["relu", "add"], max_nodes=2', '["relu"], max_nodes=1'),
+                     test_more=SUITE.replace('["relu", "add"], max_nodes=2', '["relu"], max_nodes=1')
+                                .replace("def test_fuzz", "def test_fuzz_again"))
+    report = suite.path / "run"
+    result = suite.runpytest_subprocess("-n", "2", "--routes", "double-wrong-element", "--hypothesis-profile=ci",
+                                        "--report-dir", str(report), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    failing = [r for r in _records(report) if r["status"] == "fail"]
+    assert len({r["bucket"] for r in failing}) == 1
+    per_worker = {name: sum(1 for line in open(report / name) if '"status": "fail"' in line)
+                  for name in ("results-gw0.jsonl", "results-gw1.jsonl")}
+    assert all(per_worker.values()), per_worker     # the item that did not raise still recorded its failures

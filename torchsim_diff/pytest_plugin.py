@@ -17,7 +17,8 @@ Each xdist worker keeps one Checker (warm route workers, own Inductor caches) an
 its own results-<worker>.jsonl in the run's report folder; the controller prints the
 merged tables at the end. A failing case raises its bucket's own exception type, so
 Hypothesis shrinks each bug separately; a case in a known bucket (corpora/known) is
-recorded and not raised.
+recorded and not raised, and so is one in a bucket that another item raises already
+(torchsim_diff.claims): one bug ends one item, not every item that meets it.
 """
 from __future__ import annotations
 
@@ -183,6 +184,8 @@ class FuzzSession:
         self._fuzz_items = 0
         self._items_done = 0
         self._clock: ItemClock | None = None
+        self._item: str | None = None            # the fuzz item running in this process
+        self._claims = None
         self._progress = None
         self.op_figures = OpFigures()
 
@@ -230,7 +233,8 @@ class FuzzSession:
         A case seen before (Hypothesis revisits cases while shrinking) gets its earlier
         verdict again: no second run, no second record. Under a budget, a new case may
         instead end the item (BudgetSpent) or, while shrinking past the item's share, be
-        passed over unrun (a skipped verdict, not recorded).
+        passed over unrun (a skipped verdict, not recorded). A failure in a bucket that
+        another item claimed is recorded and not raised (torchsim_diff.claims).
         """
         key = (case.case_id, route)
         verdict = self._verdicts.get(key)
@@ -240,11 +244,19 @@ class FuzzSession:
                 from torchsim_diff.kinds import Status
                 return Verdict(case, route, Status.SKIPPED, message="budget for shrinking spent")
             verdict = self._verdicts[key] = self._run(case, route)
-        if not self.is_known(verdict) and verdict.failed:
+        if not self.is_known(verdict) and verdict.failed and self._raises_here(verdict):
             if self._clock is not None:
                 self._clock.failed(SHRINK_TIMEOUT_STEPS if verdict.kind == Kind.TIMEOUT else None)
             verdict.raise_if_failed()
         return verdict
+
+    def _raises_here(self, verdict) -> bool:
+        if self._item is None or verdict.bucket is None:
+            return True
+        if self._claims is None:
+            from torchsim_diff.claims import BucketClaims
+            self._claims = BucketClaims(os.path.join(self.report_dir, "claims.sqlite"))
+        return self._claims.raise_here(verdict.bucket, self._item)
 
     def _run(self, case, route: str):
         """One route run under this route's adaptive timeout; its record is written."""
@@ -316,7 +328,10 @@ class FuzzSession:
         self._fuzz_items = sum(1 for item in items if "fuzz_route" in getattr(item, "fixturenames", ()))
 
     def pytest_runtest_setup(self, item):
-        if self.budget is not None and "fuzz_route" in getattr(item, "fixturenames", ()):
+        if "fuzz_route" not in getattr(item, "fixturenames", ()):
+            return
+        self._item = item.nodeid
+        if self.budget is not None:
             self._clock = ItemClock(self.budget, items=self._fuzz_items, workers=self.workers,
                                     done_here=self._items_done)
 
@@ -330,7 +345,7 @@ class FuzzSession:
 
     def pytest_runtest_teardown(self, item):
         if "fuzz_route" in getattr(item, "fixturenames", ()):
-            self._clock = None
+            self._clock = self._item = None
             self._items_done += 1
 
     def pytest_sessionstart(self, session):
