@@ -145,6 +145,29 @@ def test_a_reduction_off_by_a_dropped_element_fails():
     assert _judge(route, eager, truth, allowance)[0].kind == "wrong_values"
 
 
+def _sequential_float32_sum(x):
+    total = torch.zeros((), dtype=torch.float32)
+    for value in x.float().reshape(-1):
+        total = total + value
+    return total
+
+
+def test_a_sum_of_repeated_addends_allows_their_rounding_to_add_up_and_a_dropped_addend_fails():
+    # found on mlir: the sum of a broadcast operand (one value in 3,055 addends but for a few
+    # scattered ones), summed in order, lands 1.7 times the sqrt(n) bound away from float64:
+    # equal addends round alike, so their errors add up
+    def program(x):
+        return (torch.sum(x),)
+    x = torch.tensor(-0.8368, dtype=torch.float32).double().expand(65, 47)
+    (truth,), (eager,), allowance = _references(program, [x], torch.float32)
+    route = _sequential_float32_sum(x)
+    sqrt_bound = torch.finfo(torch.float32).eps * (math.sqrt(x.numel()) + 2) * x.abs().sum()
+    assert (route.double() - truth).abs() > sqrt_bound               # the old rule's false positive
+    assert _judge(route, eager, truth, allowance)[0] is None
+    dropped = route - x[-1, -1].float()
+    assert _judge(dropped, eager, truth, allowance)[0].kind == "wrong_values"
+
+
 def _variance(x):
     return (torch.var(x, dim=(1,), correction=1, keepdim=False),)
 

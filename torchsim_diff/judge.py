@@ -16,7 +16,8 @@ copies). The rule (README, "The oracle rule"): a float element passes when
     |route - truth| <= atol + rtol*|truth| + margin * (max(eager_err, eager_err_max) + sensitivity) + carried
 
 `carried` is the rounding a dtype computation may legitimately make at every node (about
-one ulp for pointwise ops, sqrt(n)+1 ulps of the magnitude for a reduction of length n),
+one ulp for pointwise ops, sqrt(n)+2 ulps of the magnitude for a reduction of length n, up
+to n/2 where its addends are equal),
 carried to the outputs by rerunning the program in float64 with each node's result moved
 by its allowance (random signs, SAMPLES times) and summing the per-node movements.
 `sensitivity` is the same for the inputs' own precision (max over the tensor). A boolean
@@ -287,6 +288,61 @@ def _linear(length):
     return rule
 
 
+def _sum_of(addends):
+    """A sum in any order of the addends that `addends(args, kwargs)` lays out along the
+    last dim, one row per result element: (growth + 2) eps of the magnitudes. For n
+    independent roundings the growth is sqrt(n). Equal addends round alike (a broadcast
+    operand summed in order adds one value to similar partial sums), so their errors add
+    up: with d equally common values the growth is n / (2 sqrt(d)), n / 2 when all are equal
+    (partial sums stay within the magnitude, eps is two unit roundoffs). d is counted as the
+    inverse Simpson index, so that a few odd values among many equal ones do not count."""
+    def rule(func, args, kwargs, out, eps):
+        rows, result_shape = addends(args, kwargs)
+        n = rows.shape[-1]
+        if rows.numel() == 0 or n <= 1:
+            return eps * 2 * _magnitude(func, args, kwargs)
+        growth = (n / (2 * torch.sqrt(_effective_distinct(rows)))).clamp(min=math.sqrt(n))
+        return eps * (growth.reshape(result_shape) + 2) * _magnitude(func, args, kwargs)
+    return rule
+
+
+def _effective_distinct(rows):
+    """Per row: n^2 / sum of the squared counts of its values (n distinct: n; all equal: 1)."""
+    ordered = rows.sort(dim=-1).values
+    starts = torch.zeros(ordered.shape, dtype=torch.long)
+    starts[..., 1:] = (ordered[..., 1:] != ordered[..., :-1]).long()
+    counts = torch.zeros(ordered.shape, dtype=torch.float64).scatter_add_(
+        -1, starts.cumsum(dim=-1), torch.ones(ordered.shape, dtype=torch.float64))
+    return rows.shape[-1] ** 2 / (counts * counts).sum(dim=-1)
+
+
+def _reduced_rows(args, kwargs):
+    """sum/mean: the addends of each result element in a row, and the result's shape with
+    the reduced dims kept as 1 (broadcasts against the result, keepdim or not)."""
+    x = args[0]
+    dim = kwargs.get("dim", args[1] if len(args) > 1 and not isinstance(args[1], torch.dtype) else None)
+    if x.dim() == 0:
+        return x.reshape(1, 1), ()
+    dims = range(x.dim()) if dim is None or dim == () or dim == [] else \
+        [d % x.dim() for d in ((dim,) if isinstance(dim, int) else dim)]
+    dims = sorted(set(dims))
+    kept = [d for d in range(x.dim()) if d not in dims]
+    rows = x.permute(*kept, *dims).reshape(*[x.shape[d] for d in kept], -1)
+    shape = [1 if d in dims else x.shape[d] for d in range(x.dim())]
+    return rows, (shape if kwargs.get("keepdim", False) else [x.shape[d] for d in kept])
+
+
+def _running_rows(args, kwargs):
+    """cumsum: each position's addends are its row's (at most the whole row, counted once)."""
+    x = args[0]
+    if x.dim() == 0:
+        return x.reshape(1, 1), ()
+    dim = _dim_of(args, kwargs) % x.dim()
+    shape = list(x.shape)
+    shape[dim] = 1
+    return x.movedim(dim, -1), shape
+
+
 def _product(length):
     def rule(func, args, kwargs, out, eps):
         return eps * (math.sqrt(max(int(length(args, kwargs, out)), 1)) + 1) * out.abs()
@@ -404,7 +460,7 @@ ROUNDING = {
         "add", "sub", "mul", "div", "true_divide", "sqrt", "rsqrt", "reciprocal", "exp", "expm1", "log", "log1p",
         "tanh", "sigmoid", "gelu", "silu", "elu", "hardswish", "leaky_relu", "erf", "sin", "cos", "atan2", "pow",
         "addcmul", "addcdiv", "lerp")},
-    "sum": _linear(_reduced), "mean": _linear(_reduced), "cumsum": _linear(_along),
+    "sum": _sum_of(_reduced_rows), "mean": _sum_of(_reduced_rows), "cumsum": _sum_of(_running_rows),
     "prod": _product(_reduced), "cumprod": _product(_along), "var": _var, "std": _std,
     "logsumexp": _log_sum(_reduced), "logcumsumexp": _log_sum(_along),
     "mm": _linear(_inner(0)), "bmm": _linear(_inner(0)), "matmul": _linear(_inner(0)), "linear": _linear(_inner(0)),
