@@ -111,3 +111,20 @@ def test_a_bug_ends_the_item_that_found_it_first_and_the_others_record_it(suite)
     per_worker = {name: sum(1 for line in open(report / name) if '"status": "fail"' in line)
                   for name in ("results-gw0.jsonl", "results-gw1.jsonl")}
     assert all(per_worker.values()), per_worker     # the item that did not raise still recorded its failures
+
+
+def test_fuzz_items_draw_the_same_cases_whatever_ran_before_them_in_the_worker(tmp_path):
+    # Hypothesis mines constants from every module imported so far; under xdist which tests
+    # ran first in a worker varies, and CI's derandomized cases varied with it
+    import subprocess
+    import sys
+
+    def case_ids(*first):
+        report = tmp_path / f"run{len(first)}"
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-profile=ci",
+                        *first, "fuzz", "--routes", "eager", "--fuzz-examples", "3", "--report-dir", str(report)],
+                       cwd=REPO, check=True, capture_output=True)
+        return [r["case_id"] for r in _records(report)]
+
+    alone = case_ids()
+    assert alone and alone == case_ids("tests/test_classify.py", "tests/test_judge.py")
