@@ -228,5 +228,16 @@ class HostPartRoute(Route):
         return _Eager(program, corrupt)
 
 
-for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute):
+class TrapReportingRoute(Route):
+    """Reports a crash of the program it runs (as triton-spike reports a Spike trap) for every
+    case, while the worker itself lives on."""
+
+    name = "double-reports-trap"
+
+    def compile(self, program, example_inputs, ctx):
+        from torchsim_diff.routes.base import RouteFailure
+        raise RouteFailure("crash", "run", "Spike trap: mcause=5 (load access fault)")
+
+
+for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute, TrapReportingRoute):
     DOUBLES[_cls.name] = f"tests.route_doubles:{_cls.__name__}"

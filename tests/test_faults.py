@@ -233,6 +233,15 @@ def test_a_route_crashing_at_every_start_is_abandoned_and_the_run_is_not_clean(t
     assert len([r for r in records if r["route"] == "eager" and r["status"] == "pass"]) == 4
 
 
+def test_crashes_reported_by_a_live_worker_never_abandon_the_route(tmp_path, double_routes, monkeypatch, add_case):
+    from torchsim_diff.worker import client
+    monkeypatch.setattr(client, "MAX_CRASHES_IN_A_ROW", 2)
+    with Checker(out_dir=str(tmp_path / "run"), timeout_s=60) as checker:
+        verdicts = [checker.check(add_case, "double-reports-trap") for _ in range(4)]
+    assert [(v.status, v.kind, v.stage) for v in verdicts] == [(Status.FAIL, Kind.CRASH, "run")] * 4
+    assert "Spike trap" in verdicts[-1].message
+
+
 # -- our own faults are tool_error ------------------------------------------------------------
 def test_an_exception_in_a_route_adapter_of_ours_is_a_tool_error_with_its_traceback(tmp_path, double_routes,
                                                                                     add_case):
