@@ -225,10 +225,13 @@ def _count(tally: Tally, new, old, known: Known) -> None:
 
 
 def _count_bucket(tally: Tally, v, known: Known) -> None:
-    """Non-value failures by bucket, with one message each, for the bucket table."""
+    """Non-value failures by bucket, with one message each for the bucket table and, for a
+    bucket no known bug covers, its first case and whole message (to triage it)."""
     seen = tally.other_buckets.setdefault(v.bucket, {
         "kind": v.kind.value, "known": v.bucket in known.buckets, "count": 0,
         "message": v.message.splitlines()[0][:110] if v.message else ""})
+    if not seen["known"] and "case" not in seen:
+        seen.update(case=v.case.to_dict(), full_message=v.message[-4000:] if v.message else "")
     seen["count"] += 1
 
 
