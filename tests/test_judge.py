@@ -168,6 +168,42 @@ def test_a_sum_of_repeated_addends_allows_their_rounding_to_add_up_and_a_dropped
     assert _judge(dropped, eager, truth, allowance)[0].kind == "wrong_values"
 
 
+def _remainder_of_elu(x, y):
+    return (torch.remainder(F.elu(x), y),)
+
+
+def test_a_remainder_whose_dividend_may_cross_a_multiple_of_the_divisor_may_jump_by_it():
+    # found on mlir: elu as exp(x) - 1 gives 0 for x = -8.3e-39 (0.0 is within the absolute
+    # tolerance of expm1's -8.3e-39), and remainder(., 1) then jumps from 1.0 to 0
+    x = torch.tensor([-8.33895340018741e-39, 1.0030546188354492], dtype=torch.float64)
+    y = torch.tensor(1.0, dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(_remainder_of_elu, [x, y], torch.float32)
+    route = torch.remainder(torch.where(x < 0, torch.zeros(2), x.float()), 1.0)    # elu lost the subnormal
+    assert route[0] == 0 and truth[0] == 1.0
+    assert _judge(route, eager, truth, allowance)[0] is None
+    assert _judge(route, eager, truth, allowance, carried=False)[0].kind == "wrong_values"   # the old rule
+
+
+def test_a_comparison_within_the_absolute_tolerance_of_a_computed_value_is_unstable():
+    def program(x):
+        return (torch.lt(F.elu(x), 0.0),)
+    x = torch.tensor([-8.33895340018741e-39, -0.5], dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(program, [x], torch.float32)
+    route = torch.tensor([False, True])               # elu lost the subnormal: 0 < 0 is False
+    assert _judge(route, eager, truth, allowance)[0] is None
+    assert allowance.unstable[0].tolist() == [True, False]
+    assert _judge(torch.tensor([True, False]), eager, truth, allowance)[0].kind == "wrong_values"
+
+
+def test_a_remainder_off_where_its_dividend_is_far_from_a_jump_still_fails():
+    x = torch.tensor([0.25, 1.0030546188354492], dtype=torch.float64)
+    y = torch.tensor(1.0, dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(_remainder_of_elu, [x, y], torch.float32)
+    route = eager.clone()
+    route[0] += 0.5
+    assert _judge(route, eager, truth, allowance)[0].kind == "wrong_values"
+
+
 def _variance(x):
     return (torch.var(x, dim=(1,), correction=1, keepdim=False),)
 

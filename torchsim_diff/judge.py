@@ -541,7 +541,8 @@ PASSES_THROUGH = {
 }
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 ARG_EXTREMES = {"argmax": 1.0, "argmin": -1.0}
-STEPS = ("floor", "ceil", "round", "trunc", "to")     # piecewise constant: a decision at each step
+STEPS = ("floor", "ceil", "round", "trunc", "to", "floor_divide")   # piecewise constant: a decision at each step
+JUMPS = ("remainder", "fmod")       # continuous but for a jump by the divisor where x / y is whole
 
 
 def op_name(func) -> str:
@@ -799,7 +800,11 @@ def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
             return per_call[i] if i is not None and i < len(per_call) else default
         return lookup
 
-    allowance = of_producer(allowances, torch.zeros((), dtype=torch.float64))
+    # a computed value may be off by the absolute tolerance (an output may: exp(x) - 1 for
+    # expm1 loses a subnormal x), and a decision on it may go either way within it
+    atol = TOLERANCES[dtype][1]
+    floored = [torch.where(a > 0, a.clamp(min=atol), a) for a in allowances]
+    allowance = of_producer(floored, torch.zeros((), dtype=torch.float64))
     overflowed = of_producer(overflow_fed, torch.zeros((), dtype=torch.bool))
 
     found = {}
@@ -811,6 +816,8 @@ def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
             found[i] = _unstable_extreme(call, allowance, dtype)
         elif call.name in STEPS:
             found[i] = _unstable_step(call, allowance, dtype)
+        elif call.name in JUMPS:
+            found[i] = _unstable_jump(call, allowance, dtype)
     return {i: v for i, v in found.items() if v is not None and bool(v[0].any())}
 
 
@@ -862,6 +869,25 @@ def _unstable_step(call, allowance, dtype):
     up_moves, down_moves = ~same_bits(up, call.value), ~same_bits(down, call.value)
     mask = (up_moves | down_moves) & torch.isfinite(x)
     return mask, torch.where(mask, torch.where(up_moves, up, down), call.value)
+
+
+def _unstable_jump(call, allowance, dtype):
+    """remainder/fmod whose dividend may move across a multiple of the divisor, where the
+    result jumps by the divisor: those elements, and the value just across the jump (the
+    moved result less the move: the slope is 1 on either side)."""
+    x = call.args[0]
+    if not (isinstance(x, torch.Tensor) and x.dtype.is_floating_point):
+        return None
+    room = margin(dtype, call.value.numel()) * allowance(x).expand(x.shape)
+    if not bool((room > 0).any()):
+        return None
+    with torch.no_grad():
+        up, down = (call.func(x + sign * room, *call.args[1:], **call.kwargs) for sign in (1.0, -1.0))
+    value = call.value.double()
+    jumps_up, jumps_down = ((moved.double() - value).abs() > 2 * room for moved in (up, down))
+    mask = (jumps_up | jumps_down) & torch.isfinite(x)
+    across = torch.where(jumps_up, up - room, down + room).to(call.value.dtype)
+    return mask, torch.where(mask, across, call.value)
 
 
 def _coarsens(source: torch.dtype, result: torch.dtype) -> bool:
