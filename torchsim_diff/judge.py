@@ -23,7 +23,9 @@ by its allowance (random signs, SAMPLES times) and summing the per-node movement
 `sensitivity` is the same for the inputs' own precision (max over the tensor). A boolean
 or integer element computed from floats (comparisons, argmax/argmin, anything derived
 from them) is judged only where that decision is stable: where the float64 margin of its
-operands exceeds margin * their carried allowance. Unstable elements are counted
+operands exceeds margin * their carried allowance (at least atol for a computed operand).
+remainder and fmod jump by the divisor where their dividend may cross a multiple of it:
+the jump is carried downstream like a flipped decision. Unstable elements are counted
 (`Stats.unstable`), never failed. A non-finite element passes, whatever its sign or
 NaN-ness, where the truth plus what is allowed reaches the dtype's max. Where a node feeding
 an element passes through values that do (`Carried.overflow`, PASSES_THROUGH), partial sums
