@@ -302,7 +302,7 @@ def _sum_of(addends):
         rows, result_shape = addends(args, kwargs)
         n = rows.shape[-1]
         if rows.numel() == 0 or n <= 1:
-            return eps * 2 * _magnitude(func, args, kwargs)
+            return eps * 3 * _magnitude(func, args, kwargs)       # sqrt(1) + 2, as any sum
         growth = (n / (2 * torch.sqrt(_effective_distinct(rows)))).clamp(min=math.sqrt(n))
         return eps * (growth.reshape(result_shape) + 2) * _magnitude(func, args, kwargs)
     return rule
