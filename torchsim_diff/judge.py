@@ -860,14 +860,10 @@ def _unstable_extreme(call, allowance, dtype):
 def _unstable_step(call, allowance, dtype):
     """A step function (floor, round, a cast to integers or to a coarser float) whose input
     may move across a step: the elements where it may, and the neighbouring step."""
-    x = call.args[0]
-    if not (isinstance(x, torch.Tensor) and x.dtype.is_floating_point) or not _coarsens(x.dtype, call.value.dtype):
+    moved = _moved_both_ways(call, allowance, dtype)
+    if moved is None or not _coarsens(call.args[0].dtype, call.value.dtype):
         return None
-    room = margin(dtype, call.value.numel()) * allowance(x).expand(x.shape)
-    if not bool((room > 0).any()):
-        return None
-    with torch.no_grad():
-        up, down = (call.func(x + sign * room, *call.args[1:], **call.kwargs) for sign in (1.0, -1.0))
+    x, room, up, down = moved
     up_moves, down_moves = ~same_bits(up, call.value), ~same_bits(down, call.value)
     mask = (up_moves | down_moves) & torch.isfinite(x)
     return mask, torch.where(mask, torch.where(up_moves, up, down), call.value)
@@ -877,6 +873,20 @@ def _unstable_jump(call, allowance, dtype):
     """remainder/fmod whose dividend may move across a multiple of the divisor, where the
     result jumps by the divisor: those elements, and the value just across the jump (the
     moved result less the move: the slope is 1 on either side)."""
+    moved = _moved_both_ways(call, allowance, dtype)
+    if moved is None:
+        return None
+    x, room, up, down = moved
+    value = call.value.double()
+    jumps_up, jumps_down = ((moved.double() - value).abs() > 2 * room for moved in (up, down))
+    mask = (jumps_up | jumps_down) & torch.isfinite(x)
+    across = torch.where(jumps_up, up - room, down + room).to(call.value.dtype)
+    return mask, torch.where(mask, across, call.value)
+
+
+def _moved_both_ways(call, allowance, dtype):
+    """(x, room, result at x + room, result at x - room) for a call on a float first operand
+    x that may move by room = margin x its allowance; None where it cannot move."""
     x = call.args[0]
     if not (isinstance(x, torch.Tensor) and x.dtype.is_floating_point):
         return None
@@ -885,11 +895,7 @@ def _unstable_jump(call, allowance, dtype):
         return None
     with torch.no_grad():
         up, down = (call.func(x + sign * room, *call.args[1:], **call.kwargs) for sign in (1.0, -1.0))
-    value = call.value.double()
-    jumps_up, jumps_down = ((moved.double() - value).abs() > 2 * room for moved in (up, down))
-    mask = (jumps_up | jumps_down) & torch.isfinite(x)
-    across = torch.where(jumps_up, up - room, down + room).to(call.value.dtype)
-    return mask, torch.where(mask, across, call.value)
+    return x, room, up, down
 
 
 def _coarsens(source: torch.dtype, result: torch.dtype) -> bool:
