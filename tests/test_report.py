@@ -31,6 +31,14 @@ def test_summary_counts_statuses_and_buckets():
     assert inductor["harness %"] == 5.0 and triton["unsupported"] == 1
 
 
+def test_harness_share_leaves_out_worker_start_up_and_localising_failures():
+    started = dict(RECORDS[0], t_case=6.0, t_start=4.0)            # its first case started the worker
+    localised = dict(RECORDS[2], t_case=3.0, t_diagnose=1.0)
+    (inductor,) = report.summary_rows([started, RECORDS[1], localised, RECORDS[3]])
+    assert inductor["harness %"] == 5.0
+    assert (inductor["start-up s"], inductor["localising s"]) == (4.0, 1.0)
+
+
 def test_tolerance_table_takes_the_worst_error_per_route_op_dtype():
     rows = {(r["route"], r["op"]): r for r in report.tolerance_rows(RECORDS)}
     assert rows[("inductor", "relu")]["max abs err"] == 5e-7 and rows[("inductor", "relu")]["cases"] == 2

@@ -124,3 +124,18 @@ def test_run_to_run_differences_are_nondeterministic(tmp_path, double_routes, ad
         assert checker.check(add_case, "eager").status == Status.PASS
     with Checker(out_dir=str(tmp_path)) as single:
         assert single.check(add_case, "double-nondeterministic").status == Status.PASS
+
+
+def test_starting_the_worker_is_start_up_time_not_harness_time(checker, add_case):
+    first = checker.check(add_case, "eager")
+    second = checker.check(with_seed(add_case, 2), "eager")
+    assert first.metrics["t_start"] > 0.2 > second.metrics["t_start"]      # a Python with torch starts in > 0.2 s
+    assert first.t_harness < first.t_case - first.metrics["t_start"] + 1e-9
+    assert first.record()["t_start"] == first.metrics["t_start"]
+
+
+def test_localising_a_failure_is_diagnosis_time_not_harness_time(checker, add_case):
+    verdict = checker.check(add_case, "double-wrong-element")
+    assert verdict.kind == Kind.WRONG_VALUES and verdict.metrics["t_diagnose"] >= 0.0
+    inside = sum(verdict.metrics.get(k) or 0.0 for k in ("t_compile", "t_run", "t_start", "t_diagnose"))
+    assert verdict.t_harness == pytest.approx(max(verdict.t_case - inside, 0.0))

@@ -25,6 +25,9 @@ from torchsim_diff.worker import blame, protocol
 from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
 LOCALISED_KINDS = (Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION)
+# Seconds of a case that are not the harness's per-case overhead: the route compiling and
+# running it, starting its worker (once, or after a crash), and localising a failure.
+NOT_HARNESS_TIMES = ("t_compile", "t_run", "t_start", "t_diagnose")
 
 
 def _localise(artifact_dir: str) -> dict:
@@ -96,8 +99,9 @@ class Verdict:
 
     @property
     def t_harness(self) -> float:
-        inside = (self.metrics.get("t_compile") or 0.0) + (self.metrics.get("t_run") or 0.0)
-        return max(self.t_case - inside, 0.0)
+        """What the harness added to this case: generation aside, the reference, transport and
+        judging (start-up and a failure's localisation are `t_start` and `t_diagnose`)."""
+        return max(self.t_case - sum(self.metrics.get(k) or 0.0 for k in NOT_HARNESS_TIMES), 0.0)
 
     def record(self) -> dict:
         """The results.jsonl record (DESIGN.md, "results.jsonl")."""
@@ -113,7 +117,8 @@ class Verdict:
             "err_ratio": oracle.finite_or_none(s.err_ratio),
             "atol_needed": oracle.finite_or_none(s.atol_needed), "rtol_needed": oracle.finite_or_none(s.rtol_needed),
             "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),
-            "t_case": self.t_case, "t_harness": self.t_harness, "cost": self.metrics.get("cost"),
+            "t_case": self.t_case, "t_harness": self.t_harness, "t_start": self.metrics.get("t_start"),
+            "t_diagnose": self.metrics.get("t_diagnose"), "cost": self.metrics.get("cost"),
             "divergent_kernel": self.metrics.get("divergent_kernel"),
             "dynamic": self.metrics.get("dynamic"), "second_size": self.metrics.get("second_size"),
             "versions": self.metrics.get("versions"),   # routes that report what they ran (torchsim-*)
@@ -178,7 +183,7 @@ class Checker:
         options = self.route_options.get(route)
         verdict = self._check(case, route, timeout_s)
         if verdict.status == Status.PASS and second_size.wanted(route, options, case):
-            verdict = second_size.replay(self._check, verdict, timeout_s)
+            verdict = second_size.replay(self._check, verdict, timeout_s, NOT_HARNESS_TIMES)
         verdict.metrics["dynamic"] = second_size.dynamic_setting(route, options, case)
         verdict.t_case = time.perf_counter() - t0
         return verdict
@@ -200,8 +205,11 @@ class Checker:
         except Exception as exc:  # noqa: BLE001 - judging is our own code: whatever it raises is a tool_error
             verdict = _tool_error(case, route, "compare", exc, artifact_dir)
         verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.artifacts + verdict.artifacts
+        verdict.metrics["t_start"] = pending.t_start
         if verdict.failed and verdict.kind in LOCALISED_KINDS:
+            t0 = time.perf_counter()
             verdict.metrics.update(_localise(artifact_dir))
+            verdict.metrics["t_diagnose"] = time.perf_counter() - t0
         if not verdict.failed:
             self.sweeper.discard(artifact_dir)
             verdict.artifacts = []

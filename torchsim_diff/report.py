@@ -57,21 +57,24 @@ def _worst(recs, field: str, fallback: str):
 
 
 def summary_rows(records) -> list:
-    """Per route: case counts by status, buckets, speed and the harness share of time."""
+    """Per route: case counts by status, buckets, speed, and the harness's share of the time
+    cases take once their worker is up, failures' localisation apart (both shown in seconds)."""
     by_route = defaultdict(list)
     for r in records:
         by_route[r["route"]].append(r)
     rows = []
     for route, recs in sorted(by_route.items()):
         count = lambda s: sum(1 for r in recs if r["status"] == s)  # noqa: E731
-        total_time = sum(r.get("t_case") or 0.0 for r in recs)
-        harness = sum(r.get("t_harness") or 0.0 for r in recs)
+        seconds = lambda key: sum(r.get(key) or 0.0 for r in recs)  # noqa: E731
+        total_time, start, diagnosis = seconds("t_case"), seconds("t_start"), seconds("t_diagnose")
+        per_case = total_time - start - diagnosis
         rows.append({
             "route": route, "cases": len(recs), "pass": count("pass"), "fail": count("fail"),
             "unsupported": count("unsupported"), "skipped": count("skipped"),
             "buckets": len({r["bucket"] for r in recs if r.get("bucket")}),
             "cases/s": _fmt_rate(len(recs), total_time),
-            "harness %": round(100.0 * harness / total_time, 1) if total_time else None,
+            "harness %": round(100.0 * seconds("t_harness") / per_case, 1) if per_case > 0 else None,
+            "start-up s": round(start, 1), "localising s": round(diagnosis, 1),
         })
     return rows
 

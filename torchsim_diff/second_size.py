@@ -47,10 +47,11 @@ def dynamic_setting(route: str, options: dict | None, case: Case):
     return dynamic_for(options or {}, case.to_dict())
 
 
-def replay(check, verdict, timeout_s=None):
+def replay(check, verdict, timeout_s=None, timings=()):
     """Run the passing `verdict`'s case again at a second size through `check(case, route,
     timeout_s)` (the same warm worker); a failure there becomes the verdict, marked as a
-    second-size failure (stage, message, bucket)."""
+    second-size failure (stage, message, bucket). The metrics named in `timings` (seconds)
+    are the sums over both runs."""
     second = resized(verdict.case)
     if second is None:
         verdict.metrics["second_size"] = {"shapes": None, "reason": "no free size"}
@@ -59,13 +60,14 @@ def replay(check, verdict, timeout_s=None):
     shapes = {spec["name"]: spec["shape"] for spec in second.inputs}
     summary = {"shapes": shapes, "status": again.status.value,
                "same_function": again.metrics.get("same_function")}
-    verdict.metrics["second_size"] = summary
+    both = {k: (verdict.metrics.get(k) or 0.0) + (again.metrics.get(k) or 0.0) for k in timings}
+    verdict.metrics.update(both, second_size=summary)
     if not again.failed:
         return verdict
     failed = dataclasses.replace(
         again, case=verdict.case, stage=STAGE,
         message=f"at the second size {_describe(shapes)} (same compiled function): {again.message}",
-        metrics=dict(again.metrics, second_size=summary))
+        metrics=dict(again.metrics, **both, second_size=summary))
     failed.refined = failed.signature + "|" + STAGE
     return failed
 

@@ -46,10 +46,12 @@ class WorkerGone(Exception):
 class Pending:
     """A case sent to a worker and not yet answered; `outcome` is set when there is nothing
     to wait for (the route was refused, abandoned or the send failed). counted: whether the
-    outcome counts towards the crash cap."""
+    outcome counts towards the crash cap. t_start: seconds `submit` spent starting and warming
+    the worker first (the first case, or the one after a crash)."""
 
     outcome: Outcome | None = None
     counted: bool = True
+    t_start: float = 0.0
     timeout_s: float = DEFAULT_TIMEOUT_S
     log_mark: int = 0
     deadline: float = dataclasses.field(default=0.0)
@@ -158,18 +160,20 @@ class RouteWorker:
         while the route compiles; `collect` gives its Outcome. One case in flight at a time."""
         if self.abandoned:
             return Pending(Outcome.failed(Kind.CRASH, "start", self.abandoned, abandoned=True), counted=False)
+        t_start = time.perf_counter()
         if not self.alive() or not self._warmed:
             if self.proc is not None and not self.alive():
                 self.restarts += 1
             self.hello(warm=True)
+        t_start = time.perf_counter() - t_start
         if self.start_failed:
-            return Pending(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]))
+            return Pending(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]), t_start=t_start)
         if not self._hello.get("available"):
             reason = f"route unavailable: {self._hello.get('reason')}"
             return Pending(Outcome.failed(Kind.UNSUPPORTED, "setup", reason), counted=False)
         message = {"request": Request.RUN.value, "case": case, "program": program, "artifact_dir": artifact_dir,
                    "repeat": repeat}
-        pending = Pending(timeout_s=timeout_s or self.timeout_s, log_mark=self._log_size())
+        pending = Pending(timeout_s=timeout_s or self.timeout_s, log_mark=self._log_size(), t_start=t_start)
         try:
             protocol.send(self.proc.stdin, message)
         except (BrokenPipeError, OSError):
