@@ -17,6 +17,13 @@ routes/inductor.py) is built once, as a campaign on a prepared machine would fin
 Scaling is each rate against the one-worker rate times W (100% = linear). The machine's load
 average is printed with each row: on a shared machine, other work distorts the figures.
 Figures are printed, never asserted.
+
+`--pin` runs each window on W cores only (the run inherits the CPU affinity). Unpinned, one
+worker is not one core's work: its route worker compiles while the pytest process computes
+the float64 reference, and the xdist controller runs beside them, so on a machine of W cores
+the one-worker rate already uses part of the others and "linear" is out of reach by
+construction. Pinned, the rows say how the campaign scales per core. "cores busy" is the whole
+machine's average of busy CPUs over the window, from /proc/stat.
 """
 import argparse
 import contextlib
@@ -62,9 +69,11 @@ def measure(route: str, workers: int, args) -> dict:
     """Run one window; return cases, rates and the load average at its end."""
     with _report_dir(args.keep, f"{route}-x{workers}") as report_dir:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])))
+        cores = _cores(workers) if args.pin else None
         proc = subprocess.Popen(pytest_command(route, workers, report_dir, args), cwd=REPO, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        t0 = time.monotonic()
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, cores)) if cores else None)
+        t0, busy0 = time.monotonic(), _busy_seconds()
         all_started = None
         started_count = 0
         try:
@@ -75,13 +84,28 @@ def measure(route: str, workers: int, args) -> dict:
                     all_started, started_count = time.monotonic() - t0, sum(counts.values())
         finally:
             elapsed = time.monotonic() - t0
+            busy = (_busy_seconds() - busy0) / elapsed
             _stop(proc)
         total = sum(count_records(report_dir).values())
     steady = None
     if all_started is not None and elapsed > all_started:
         steady = (total - started_count) / (elapsed - all_started)
     return {"route": route, "workers": workers, "cases": total, "window_rate": total / elapsed,
-            "steady_rate": steady, "first_all_s": all_started, "load": os.getloadavg()[0]}
+            "steady_rate": steady, "first_all_s": all_started, "load": os.getloadavg()[0],
+            "cores": len(cores) if cores else os.cpu_count(), "busy": busy}
+
+
+def _busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent busy (not idle or waiting on I/O) since boot."""
+    with open("/proc/stat") as stat:
+        fields = [int(v) for v in stat.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _cores(workers: int) -> set:
+    """The first `workers` CPUs this process may use (all of them when there are fewer)."""
+    mine = sorted(os.sched_getaffinity(0))
+    return set(mine[:workers]) if workers < len(mine) else set(mine)
 
 
 @contextlib.contextmanager
@@ -135,14 +159,15 @@ def table(rows: list) -> str:
         if row["workers"] == 1:
             base[row["route"]] = row
         one = base.get(row["route"], {})
-        out.append([row["route"], row["workers"], row["cases"], round(row["window_rate"], 3),
+        out.append([row["route"], row["workers"], row["cores"], row["cases"], round(row["window_rate"], 3),
                     _percent(row["window_rate"], one.get("window_rate"), row["workers"]),
                     None if row["steady_rate"] is None else round(row["steady_rate"], 3),
                     _percent(row["steady_rate"], one.get("steady_rate"), row["workers"]),
-                    None if row["first_all_s"] is None else round(row["first_all_s"], 1), round(row["load"], 1)])
-    return tabulate(out, headers=["route", "workers", "cases", "cases/s (window)", "% of linear",
+                    None if row["first_all_s"] is None else round(row["first_all_s"], 1), round(row["busy"], 2),
+                    round(row["load"], 1)])
+    return tabulate(out, headers=["route", "workers", "cores", "cases", "cases/s (window)", "% of linear",
                                   "cases/s (steady)", "% of linear (steady)", "s to every worker's first case",
-                                  "load avg"])
+                                  "cores busy (machine)", "load avg"])
 
 
 def main():
@@ -155,6 +180,7 @@ def main():
     parser.add_argument("--no-warm", dest="warm", action="store_false",
                         help="measure from a cold machine (the first window then builds Inductor's header)")
     parser.add_argument("--keep", metavar="DIR", help="keep each window's report folder under DIR")
+    parser.add_argument("--pin", action="store_true", help="run each window on as many cores as it has workers")
     args = parser.parse_args()
     rows = []
     for route in args.routes.split(","):
