@@ -1,12 +1,9 @@
 """Route `inductor`: torch.compile with Inductor's C++ backend on CPU."""
 from __future__ import annotations
 
-import os
-
 from torchsim_diff.routes import compile_options
 from torchsim_diff.routes.base import FunctionCompiled, Route
-
-PCH_DIR_ENV = "TORCHSIM_DIFF_PCH_DIR"
+from torchsim_diff.routes.inductor_machine import share_precompiled_headers, share_vec_isa_checks
 
 
 class InductorRoute(Route):
@@ -23,6 +20,7 @@ class InductorRoute(Route):
         import torch
         torch.set_num_threads(1)
         share_precompiled_headers()
+        share_vec_isa_checks()
 
     def warm_up(self):
         # Inductor's first compile in a process initialises its C++ toolchain checks and
@@ -49,24 +47,3 @@ class InductorRoute(Route):
 
 def _increment(x):
     return x + 1
-
-
-def share_precompiled_headers() -> None:
-    """One folder of Inductor's precompiled C++ headers per machine, shared by every worker.
-
-    Inductor keeps them under its cache folder, which is per worker here (parallel workers
-    never share a cache), so each worker spent 7-16 s building the same header before its
-    first case. A header's file name hashes the compiler, its flags and the preprocessed
-    text, and it is built under a file lock: the first worker on a machine builds it, the
-    others (and later campaigns) only read it. TORCHSIM_DIFF_PCH_DIR picks the folder
-    (`off`: one per worker, as Inductor does by itself).
-    """
-    from torch._inductor import codecache
-    if not hasattr(codecache, "_HEADER_DIR"):
-        return      # a torch without this layout keeps headers per worker: slower, same results
-    folder = os.environ.get(PCH_DIR_ENV) or os.path.join(
-        os.path.expanduser("~"), ".cache", "torchsim-diff", "inductor-pch")
-    if folder == "off":
-        return      # for measuring what sharing saves
-    codecache._HEADER_DIR = folder
-    codecache._HEADER_LOCK_DIR = os.path.join(folder, "locks")
