@@ -70,6 +70,7 @@ def test_hang_is_a_timeout_and_the_run_goes_on(tmp_path, double_routes, add_case
         checker.check(with_seed(add_case, 2), "double-hang")           # warm the worker
         hung = checker.check(with_seed(add_case, 1), "double-hang")
         assert hung.kind == Kind.TIMEOUT and "within 3 s" in hung.message
+        assert hung.metrics["t_run"] >= 3 > hung.t_harness     # the wait was the route's time
         assert checker.check(with_seed(add_case, 4), "double-hang").status == Status.PASS
 
 

@@ -200,6 +200,9 @@ class Checker:
             shutil.rmtree(artifact_dir, ignore_errors=True)
             return _reference_failure(case, route, exc, artifact_dir)
         reply = worker.collect(pending)
+        if reply.kind in (Kind.TIMEOUT.value, Kind.CRASH.value) and not reply.metrics.get("t_run"):
+            # a worker that hung or died reported no times: the wait was the route's, not ours
+            reply.metrics["t_run"] = time.perf_counter() - pending.sent_at
         try:
             verdict = self._verdict(case, route, ref, reply)
         except Exception as exc:  # noqa: BLE001 - judging is our own code: whatever it raises is a tool_error

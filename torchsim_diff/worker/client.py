@@ -56,6 +56,8 @@ class Pending:
     log_mark: int = 0
     deadline: float = dataclasses.field(default=0.0)
 
+    sent_at: float = dataclasses.field(default_factory=time.perf_counter)
+
     def __post_init__(self):
         self.deadline = time.monotonic() + self.timeout_s
 
