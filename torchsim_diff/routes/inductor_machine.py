@@ -52,9 +52,9 @@ def share_vec_isa_checks() -> None:
     gives on this machine, and picks the same ISA and flags."""
     from torch._inductor import cpu_vec_isa
     folder = shared_folder()
-    real_check = cpu_vec_isa.VecISA.check_build
-    if folder is None or getattr(real_check, "shared", False):
-        return
+    real_check = getattr(cpu_vec_isa.VecISA, "check_build", None)
+    if folder is None or real_check is None or getattr(real_check, "shared", False):
+        return      # switched off, a torch without this check (it checks as it does), or done
 
     def check_build(isa, code: str) -> bool:
         path = os.path.join(folder, f"vec-isa-{_check_key(str(isa), isa.build_arch_flags(), code)}.ok")
