@@ -18,12 +18,11 @@ Scaling is each rate against the one-worker rate times W (100% = linear). The ma
 average is printed with each row: on a shared machine, other work distorts the figures.
 Figures are printed, never asserted.
 
-`--pin` runs each window on W cores only (the run inherits the CPU affinity). Unpinned, one
-worker is not one core's work: its route worker compiles while the pytest process computes
-the float64 reference, and the xdist controller runs beside them, so on a machine of W cores
-the one-worker rate already uses part of the others and "linear" is out of reach by
-construction. Pinned, the rows say how the campaign scales per core. "cores busy" is the whole
-machine's average of busy CPUs over the window, from /proc/stat.
+`--pin` runs each window on W cores only (the run inherits the CPU affinity), so that other
+cores' spare time cannot flatter a window. "cores busy" is the whole machine's average of busy
+CPUs over the window, from /proc/stat: how much of the machine the campaign used. On a 2-core
+machine a one-worker campaign kept 1.02-1.05 cores busy, so pinned and unpinned one-worker
+rates agree there. bench_route_only.py gives the ceiling: how the route's own work scales.
 """
 import argparse
 import contextlib
