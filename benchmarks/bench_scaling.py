@@ -10,6 +10,11 @@ time, then stops it; every record in the run's results-*.jsonl counts as a case.
 - steady: cases after the last worker's first record / the time since then, the rate a long
   campaign approaches.
 
+A window's cases differ with W: more workers reach more items (families) in the same time,
+and one family's known hang (a 30-60 s timeout) can fall in one window and not another.
+`--same-cases N` removes that: every W runs the same 28 items of N cases to completion, and
+the rate is cases over the whole run, start-up included.
+
 Before its windows, each route runs one case in one process (`--warm`, on by default), so
 that machine-wide state every worker then only reads (Inductor's precompiled header, see
 routes/inductor.py) is built once, as a campaign on a prepared machine would find it.
@@ -51,8 +56,11 @@ def count_records(report_dir: str) -> dict:
 
 def pytest_command(route: str, workers: int, report_dir: str, args) -> list:
     shards = max(1, -(-2 * workers // 7))     # 7 op families: at least two items per worker
+    fixed = []
+    if args.same_cases:                       # the same items, cases and shards at every W
+        shards, fixed = 4, ["--fuzz-examples", str(args.same_cases)]
     return [sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider", "-q",
-            *_plugin_option(), "--hypothesis-profile=long", "fuzz/", "--routes", route,
+            *_plugin_option(), "--hypothesis-profile=long", "fuzz/", "--routes", route, *fixed,
             "--fuzz-shards", str(shards), "--fuzz-seed", str(args.seed), "--report-dir", report_dir,
             "--fuzz-timeout", str(args.timeout)]
 
@@ -76,7 +84,7 @@ def measure(route: str, workers: int, args) -> dict:
         all_started = None
         started_count = 0
         try:
-            while time.monotonic() - t0 < args.window and proc.poll() is None:
+            while (args.same_cases or time.monotonic() - t0 < args.window) and proc.poll() is None:
                 time.sleep(POLL_S)
                 counts = count_records(report_dir)
                 if all_started is None and sum(1 for n in counts.values() if n) >= workers:
@@ -89,7 +97,7 @@ def measure(route: str, workers: int, args) -> dict:
     steady = None
     if all_started is not None and elapsed > all_started:
         steady = (total - started_count) / (elapsed - all_started)
-    return {"route": route, "workers": workers, "cases": total, "window_rate": total / elapsed,
+    return {"route": route, "workers": workers, "cases": total, "window_rate": total / elapsed, "seconds": elapsed,
             "steady_rate": steady, "first_all_s": all_started, "load": os.getloadavg()[0],
             "cores": len(cores) if cores else os.cpu_count(), "busy": busy}
 
@@ -180,6 +188,9 @@ def main():
                         help="measure from a cold machine (the first window then builds Inductor's header)")
     parser.add_argument("--keep", metavar="DIR", help="keep each window's report folder under DIR")
     parser.add_argument("--pin", action="store_true", help="run each window on as many cores as it has workers")
+    parser.add_argument("--same-cases", type=int, default=0, metavar="N",
+                        help="instead of a window, run every worker count to completion over the same 28 items "
+                             "(7 families x 4 shards) of N cases each, so every W does the same work")
     args = parser.parse_args()
     rows = []
     for route in args.routes.split(","):
@@ -188,7 +199,7 @@ def main():
             sys.stderr.write(f"{route}: warmed in {seconds:.1f} s (exit status {status})\n")
         for workers in (int(w) for w in args.workers.split(",")):
             rows.append(measure(route, workers, args))
-            sys.stderr.write(f"{route} x{workers}: {rows[-1]['cases']} cases in {args.window:g} s\n")
+            sys.stderr.write(f"{route} x{workers}: {rows[-1]['cases']} cases in {rows[-1]['seconds']:.0f} s\n")
     print(table(rows))
 
 
