@@ -16,8 +16,8 @@ and one family's known hang (a 30-60 s timeout) can fall in one window and not a
 the rate is cases over the whole run, start-up included.
 
 Before its windows, each route runs one case in one process (`--warm`, on by default), so
-that machine-wide state every worker then only reads (Inductor's precompiled header, see
-routes/inductor.py) is built once, as a campaign on a prepared machine would find it.
+that machine-wide state every worker then only reads (Inductor's precompiled header and
+ISA checks, see routes/inductor_machine.py) is built once, as a campaign on a prepared machine would find it.
 
 Scaling is each rate against the one-worker rate times W (100% = linear). The machine's load
 average is printed with each row: on a shared machine, other work distorts the figures.
