@@ -10,10 +10,15 @@ time, then stops it; every record in the run's results-*.jsonl counts as a case.
 - steady: cases after the last worker's first record / the time since then, the rate a long
   campaign approaches.
 
-A window's cases differ with W: more workers reach more items (families) in the same time,
-and one family's known hang (a 30-60 s timeout) can fall in one window and not another.
+A window runs items of ITEM_CASES cases, shard by shard over the 7 op families, so that
+one worker and W workers both go round the families in the same window (with whole-campaign
+items, one worker spent a window on the first family while two reached a costlier second
+one). One family's known hang (a 30-60 s timeout) can still fall in one window and not another.
 `--same-cases N` removes that: every W runs the same 28 items of N cases to completion, and
-the rate is cases over the whole run, start-up included.
+the rate is cases over the whole run, start-up included. `--budget S` runs each W as the
+default campaign does, `--fuzz-budget S` over the same 28 items: every item gets its equal
+share of the time whatever W is, so each W runs the same mix of families, and start-up
+costs every W the same share of the budget. Its rate is cases over the run's wall time.
 
 Before its windows, each route runs one case in one process (`--warm`, on by default), so
 that machine-wide state every worker then only reads (Inductor's precompiled header and
@@ -43,6 +48,7 @@ from tabulate import tabulate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLL_S = 0.5
+ITEM_CASES = 8
 
 
 def count_records(report_dir: str) -> dict:
@@ -55,10 +61,14 @@ def count_records(report_dir: str) -> dict:
 
 
 def pytest_command(route: str, workers: int, report_dir: str, args) -> list:
-    shards = max(1, -(-2 * workers // 7))     # 7 op families: at least two items per worker
-    fixed = []
+    # Windows: short items (ITEM_CASES each) that go round the 7 families shard by shard, so
+    # that a window at any W runs the same mix; more than the window can use, at ~8 cases/s a worker.
+    shards = max(4, -(-int(args.window * workers) // ITEM_CASES))
+    fixed = ["--fuzz-examples", str(ITEM_CASES)]
     if args.same_cases:                       # the same items, cases and shards at every W
         shards, fixed = 4, ["--fuzz-examples", str(args.same_cases)]
+    if args.budget:                           # the same items at every W, each its share of the time
+        shards, fixed = 4, ["--fuzz-budget", f"{args.budget:g}", "--fuzz-reduce-budget", "0"]
     return [sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider", "-q",
             *_plugin_option(), "--hypothesis-profile=long", "fuzz/", "--routes", route, *fixed,
             "--fuzz-shards", str(shards), "--fuzz-seed", str(args.seed), "--report-dir", report_dir,
@@ -84,7 +94,7 @@ def measure(route: str, workers: int, args) -> dict:
         all_started = None
         started_count = 0
         try:
-            while (args.same_cases or time.monotonic() - t0 < args.window) and proc.poll() is None:
+            while (args.same_cases or args.budget or time.monotonic() - t0 < args.window) and proc.poll() is None:
                 time.sleep(POLL_S)
                 counts = count_records(report_dir)
                 if all_started is None and sum(1 for n in counts.values() if n) >= workers:
@@ -191,6 +201,9 @@ def main():
     parser.add_argument("--same-cases", type=int, default=0, metavar="N",
                         help="instead of a window, run every worker count to completion over the same 28 items "
                              "(7 families x 4 shards) of N cases each, so every W does the same work")
+    parser.add_argument("--budget", type=float, default=0, metavar="S",
+                        help="instead of a window, run every worker count as a campaign of S seconds "
+                             "(--fuzz-budget) over the same 28 items, each item its equal share of the time")
     args = parser.parse_args()
     rows = []
     for route in args.routes.split(","):

@@ -239,5 +239,23 @@ class TrapReportingRoute(Route):
         raise RouteFailure("crash", "run", "Spike trap: mcause=5 (load access fault)")
 
 
-for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute, TrapReportingRoute):
+class ScratchRoute(Route):
+    """Correct; its set-up makes a scratch folder in the worker's folder, as the Spike routes
+    make one for their ELFs, and close() removes it."""
+
+    name = "double-scratch"
+
+    def setup(self):
+        import tempfile
+        self.scratch = tempfile.mkdtemp(prefix="double-scratch-", dir=".")
+
+    def compile(self, program, example_inputs, ctx):
+        return _Eager(program)
+
+    def close(self):
+        import shutil
+        shutil.rmtree(self.scratch)
+
+
+for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute, TrapReportingRoute, ScratchRoute):
     DOUBLES[_cls.name] = f"tests.route_doubles:{_cls.__name__}"

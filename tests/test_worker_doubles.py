@@ -74,6 +74,16 @@ def test_hang_is_a_timeout_and_the_run_goes_on(tmp_path, double_routes, add_case
         assert checker.check(with_seed(add_case, 4), "double-hang").status == Status.PASS
 
 
+def test_shutting_a_worker_down_lets_its_route_release_what_it_made(tmp_path, double_routes, add_case):
+    checker = Checker(out_dir=str(tmp_path), timeout_s=20)
+    assert checker.check(add_case, "double-scratch").status == Status.PASS
+    scratch = list(tmp_path.glob("workers/double-scratch-*"))
+    worker = checker.workers["double-scratch"].proc
+    assert len(scratch) == 1
+    checker.close()            # the worker exits without the interpreter's teardown: close() did it
+    assert worker.returncode == 0 and not scratch[0].exists()
+
+
 def test_start_up_is_not_timed_against_the_first_case(tmp_path, double_routes, add_case):
     from tests.route_doubles import SlowStartRoute
     limit = SlowStartRoute.SLOW_START_S / 2

@@ -146,6 +146,11 @@ class Route:
     def compile(self, program: Callable, example_inputs: Sequence[Any], ctx: RunContext) -> Compiled:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Called once when the worker is asked to shut down: remove what setup() made
+        (scratch folders, helper processes). The worker then exits without the interpreter's
+        own teardown (a second with torch loaded), so nothing may be left to atexit."""
+
     def versions(self) -> dict:
         """Versions of every component the route uses, for reports."""
         import torch

@@ -415,9 +415,13 @@ class SpikeRoute(Route):
             self.toolchain = Toolchain.locate()
         except LookupError as missing:
             raise RouteFailure(Kind.TOOL_ERROR, "setup", str(missing)) from None
-        # removed when the route object goes (or the worker exits): ELFs live as long as the route
+        # removed by close() (or when the route object goes): ELFs live as long as the route
         self._scratch = tempfile.TemporaryDirectory(prefix="torchsim-spike-")
         self._workdir = self._scratch.name
+
+    def close(self):
+        if getattr(self, "_scratch", None) is not None:
+            self._scratch.cleanup()
 
     def compile(self, program, example_inputs, ctx):
         if self.toolchain is None:

@@ -78,6 +78,13 @@ class TritonSpikeRoute(TritonInterpreterRoute):
         self.spike_launcher = self._make_launcher().configure(tools, self.spike_options, self._scratch.name)
         self.spike_launcher.ttir_server.start()
 
+    def close(self) -> None:
+        if self.spike_launcher is not None:
+            self.spike_launcher.close()
+        if getattr(self, "_scratch", None) is not None:
+            self._scratch.cleanup()
+        super().close()
+
     def _make_launcher(self) -> SpikeLauncher:
         spec = self.options.get("launcher")
         if not spec:
