@@ -132,12 +132,12 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     op_figures = OpFigures()
     progress = _progress(opts, budget, store)
     progress.start()
+    known = load_known(opts)
     with Checker(out_dir=opts.out_dir, timeout_s=opts.timeout_s, route_options=opts.route_options,
-                 repeat=opts.repeat) as checker, \
+                 repeat=opts.repeat, known_buckets=known) as checker, \
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
         available = _available_routes(checker, opts.routes, result)
         refiner = _refiner(checker, opts)
-        known = load_known(opts)
 
         seen: set = set()
 

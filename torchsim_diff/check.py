@@ -138,9 +138,14 @@ class Checker:
     """Owns one warm worker per route and the run's output folder."""
 
     def __init__(self, *, out_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, route_options: dict | None = None,
-                 tag: str = "0", repeat: int = 1):
+                 tag: str = "0", repeat: int = 1, known_buckets: set | None = None):
         """repeat: run each case this many times on identical inputs; a bitwise difference
-        between runs is `nondeterministic` (1 = no check)."""
+        between runs is `nondeterministic` (1 = no check).
+
+        Localising a failure's divergent kernel replays its launches in a fresh Python (1-10 s
+        of CPU), so it is done for the first failure of each bucket this checker meets, and
+        never for `known_buckets` (known bugs): later failures of a bucket, and the reducer's
+        many runs of one, have `divergent_kernel` unset."""
         self.out_dir = os.path.abspath(out_dir)   # workers run in their own folders
         self.repeat = repeat
         self.timeout_s = timeout_s
@@ -151,6 +156,7 @@ class Checker:
         torch.set_num_threads(1)
         self._reference_key = None
         self._reference = None
+        self._not_localised_again = set(known_buckets or ())
         self.sweeper = Sweeper(os.path.join(self.out_dir, ".discarded"))
 
     def __enter__(self):
@@ -209,7 +215,8 @@ class Checker:
             verdict = _tool_error(case, route, "compare", exc, artifact_dir)
         verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.artifacts + verdict.artifacts
         verdict.metrics["t_start"] = pending.t_start
-        if verdict.failed and verdict.kind in LOCALISED_KINDS:
+        if verdict.failed and verdict.kind in LOCALISED_KINDS and verdict.bucket not in self._not_localised_again:
+            self._not_localised_again.add(verdict.bucket)
             t0 = time.perf_counter()
             verdict.metrics.update(_localise(artifact_dir))
             verdict.metrics["t_diagnose"] = time.perf_counter() - t0

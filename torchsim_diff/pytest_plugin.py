@@ -299,7 +299,8 @@ class FuzzSession:
     def checker(self):
         if self._checker is None:
             from torchsim_diff.check import Checker
-            self._checker = Checker(out_dir=self.report_dir, timeout_s=self.timeout_s, tag=self.worker_id)
+            self._checker = Checker(out_dir=self.report_dir, timeout_s=self.timeout_s, tag=self.worker_id,
+                                    known_buckets=self.known)
         return self._checker
 
     @property

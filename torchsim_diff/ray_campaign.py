@@ -111,11 +111,11 @@ class ShardRunner:
         from torchsim_diff.opfigures import OpFigures
         self.opts = opts
         self.scratch = tempfile.mkdtemp(prefix="torchsim-diff-shard-")
+        self.known = load_known(opts)
         self.checker = Checker(out_dir=self.scratch, timeout_s=opts.timeout_s, route_options=opts.route_options,
-                               repeat=opts.repeat)
+                               repeat=opts.repeat, known_buckets=self.known)
         self.available = {r: self.checker.availability(r) for r in opts.routes}
         self.refiner = self._refiner()
-        self.known = load_known(opts)
         self.op_figures = OpFigures()
         self._shard, self._cases = None, []
 
