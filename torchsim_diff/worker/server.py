@@ -69,11 +69,10 @@ class WorkerServer:
 
     def on_shutdown(self, message: dict) -> dict:
         """Release the route's scratch state and acknowledge; the loop exits after answering."""
-        if self.route is not None:
-            try:
-                self.route.close()
-            except Exception:  # noqa: BLE001 - a scratch folder left behind must not fail the run
-                traceback.print_exc()
+        try:
+            self.route.close()
+        except Exception:  # noqa: BLE001 - a scratch folder left behind must not fail the run
+            traceback.print_exc()
         return {"bye": True}
 
     def on_run(self, message: dict) -> dict:
