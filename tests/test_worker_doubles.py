@@ -152,11 +152,16 @@ def test_localising_a_failure_is_diagnosis_time_not_harness_time(checker, add_ca
     assert verdict.t_harness == pytest.approx(max(verdict.t_case - inside, 0.0))
 
 
-def test_a_failure_is_localised_once_per_bucket_and_never_for_a_known_bug(tmp_path, double_routes, add_case):
+def test_a_failure_is_localised_once_per_bucket_in_a_run_and_never_for_a_known_bug(tmp_path, double_routes, add_case):
     first, again = with_seed(add_case, 1), with_seed(add_case, 2)
     with Checker(out_dir=str(tmp_path / "fresh"), timeout_s=20) as checker:
         verdicts = [checker.check(case, "double-wrong-element") for case in (first, again)]
     assert verdicts[0].bucket == verdicts[1].bucket
     assert [v.metrics.get("t_diagnose") is not None for v in verdicts] == [True, False]
+    # another worker of the same run (same report folder) leaves it to the first
+    with Checker(out_dir=str(tmp_path / "fresh"), timeout_s=20, tag="gw1") as other:
+        assert other.check(first, "double-wrong-element").metrics.get("t_diagnose") is None
+    with Checker(out_dir=str(tmp_path / "another-run"), timeout_s=20, tag="gw1") as other:
+        assert other.check(first, "double-wrong-element").metrics.get("t_diagnose") is not None
     with Checker(out_dir=str(tmp_path / "known"), timeout_s=20, known_buckets={verdicts[0].bucket}) as checker:
         assert checker.check(first, "double-wrong-element").metrics.get("t_diagnose") is None

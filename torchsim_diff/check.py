@@ -17,6 +17,7 @@ import time
 import torch
 
 from torchsim_diff import classify, oracle, second_size
+from torchsim_diff.claims import BucketClaims
 from torchsim_diff.graph import Case
 from torchsim_diff.kinds import Kind, Status
 from torchsim_diff.routes import route_class
@@ -143,9 +144,9 @@ class Checker:
         between runs is `nondeterministic` (1 = no check).
 
         Localising a failure's divergent kernel replays its launches in a fresh Python (1-10 s
-        of CPU), so it is done for the first failure of each bucket this checker meets, and
-        never for `known_buckets` (known bugs): later failures of a bucket, and the reducer's
-        many runs of one, have `divergent_kernel` unset."""
+        of CPU), so it is done once per bucket by the first of the checkers sharing `out_dir`
+        (a run's xdist workers) to meet it, and never for `known_buckets` (known bugs): later
+        failures of a bucket, and the reducer's many runs of one, have `divergent_kernel` unset."""
         self.out_dir = os.path.abspath(out_dir)   # workers run in their own folders
         self.repeat = repeat
         self.timeout_s = timeout_s
@@ -157,6 +158,8 @@ class Checker:
         self._reference_key = None
         self._reference = None
         self._not_localised_again = set(known_buckets or ())
+        self._localisations = BucketClaims(os.path.join(self.out_dir, "localised.sqlite"))
+        self._claimant = f"{tag}:{os.getpid()}"
         self.sweeper = Sweeper(os.path.join(self.out_dir, ".discarded"))
 
     def __enter__(self):
@@ -215,8 +218,7 @@ class Checker:
             verdict = _tool_error(case, route, "compare", exc, artifact_dir)
         verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.artifacts + verdict.artifacts
         verdict.metrics["t_start"] = pending.t_start
-        if verdict.failed and verdict.kind in LOCALISED_KINDS and verdict.bucket not in self._not_localised_again:
-            self._not_localised_again.add(verdict.bucket)
+        if self._localises(verdict):
             t0 = time.perf_counter()
             verdict.metrics.update(_localise(artifact_dir))
             verdict.metrics["t_diagnose"] = time.perf_counter() - t0
@@ -224,6 +226,13 @@ class Checker:
             self.sweeper.discard(artifact_dir)
             verdict.artifacts = []
         return verdict
+
+    def _localises(self, verdict: Verdict) -> bool:
+        """Whether this checker localises the failure: the first one of its bucket in the run."""
+        if not verdict.failed or verdict.kind not in LOCALISED_KINDS or verdict.bucket in self._not_localised_again:
+            return False
+        self._not_localised_again.add(verdict.bucket)
+        return verdict.bucket is None or self._localisations.held_by(verdict.bucket, self._claimant)
 
     def reference(self, case: Case, source: str) -> oracle.Reference:
         """Eager and float64 results, computed once per case however many routes run it."""

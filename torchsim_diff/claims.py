@@ -9,8 +9,11 @@ The claiming item keeps raising it, because Hypothesis replays and shrinks it th
 other item records the failure (its record is written as usual) and draws its next case.
 
     >>> claims = BucketClaims("reports/run/claims.sqlite")
-    >>> claims.raise_here("a1b2c3d4e5", "fuzz/test_fuzz.py::test_fuzz[relu]")
+    >>> claims.held_by("a1b2c3d4e5", "fuzz/test_fuzz.py::test_fuzz[relu]")
     True
+
+The same claims say which process localises a bucket's divergent kernel (check.Checker):
+the first to meet it, not the first in each of 16 workers.
 """
 from __future__ import annotations
 
@@ -21,29 +24,29 @@ LOCK_WAIT_S = 60.0
 
 
 class BucketClaims:
-    """bucket -> the item that claimed it, shared by the processes of one run."""
+    """bucket -> whoever claimed it first (a fuzz item, a checker), shared by the processes of one run."""
 
     def __init__(self, path: str):
         self.path = path
         self._owners: dict = {}
 
-    def raise_here(self, bucket: str, item: str) -> bool:
-        """Whether `item` raises a failure in `bucket`: it claimed the bucket, now or earlier.
-        Where the claims cannot be stored, every item raises (the behaviour without claims)."""
+    def held_by(self, bucket: str, claimant: str) -> bool:
+        """Whether `claimant` holds `bucket`: it claimed it, now or earlier. Where the claims
+        cannot be stored, every claimant holds it (the behaviour without claims)."""
         if bucket not in self._owners:
             try:
-                self._owners[bucket] = self._claim(bucket, item)
+                self._owners[bucket] = self._claim(bucket, claimant)
             except (OSError, sqlite3.Error):
                 return True
-        return self._owners[bucket] == item
+        return self._owners[bucket] == claimant
 
-    def _claim(self, bucket: str, item: str) -> str:
+    def _claim(self, bucket: str, claimant: str) -> str:
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         db = sqlite3.connect(self.path, timeout=LOCK_WAIT_S)
         try:
             with db:
                 db.execute("CREATE TABLE IF NOT EXISTS claims (bucket TEXT PRIMARY KEY, item TEXT NOT NULL)")
-                db.execute("INSERT OR IGNORE INTO claims VALUES (?, ?)", (bucket, item))
+                db.execute("INSERT OR IGNORE INTO claims VALUES (?, ?)", (bucket, claimant))
                 return db.execute("SELECT item FROM claims WHERE bucket = ?", (bucket,)).fetchone()[0]
         finally:
             db.close()

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 
+from torchsim_diff import bytecode
 from torchsim_diff import options as opt
 from torchsim_diff.budget import budget_seconds
 from torchsim_diff.results import StorageError
@@ -440,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    bytecode.redirect_this_process()
     try:
         args = build_parser().parse_args(argv)
         return args.func(args)

@@ -32,7 +32,7 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, settings
 
-from torchsim_diff import options
+from torchsim_diff import bytecode, options
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 from torchsim_diff.budget import Budget, BudgetSpent, ItemClock
 from torchsim_diff.kinds import Kind
@@ -116,6 +116,7 @@ def _validate_options(config) -> None:
 
 def pytest_configure(config):
     _validate_options(config)
+    bytecode.redirect_this_process()       # before the route probe and xdist's workers import torch
     session = FuzzSession(config)
     config.pluginmanager.register(session, SESSION_NAME)
     if config.pluginmanager.hasplugin("xdist"):
@@ -256,7 +257,7 @@ class FuzzSession:
         if self._claims is None:
             from torchsim_diff.claims import BucketClaims
             self._claims = BucketClaims(os.path.join(self.report_dir, "claims.sqlite"))
-        return self._claims.raise_here(verdict.bucket, self._item)
+        return self._claims.held_by(verdict.bucket, self._item)
 
     def _run(self, case, route: str):
         """One route run under this route's adaptive timeout; its record is written."""

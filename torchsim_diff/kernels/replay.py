@@ -26,6 +26,7 @@ import sys
 
 import torch
 
+from torchsim_diff import bytecode
 from torchsim_diff.judge import TOLERANCES
 from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
 
@@ -226,6 +227,7 @@ def executor_env(executor: str) -> dict:
     env["TRITON_INTERPRET"] = "1" if executor == "interpreter" else "0"
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    bytecode.redirect(env)
     return env
 
 

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 
+from torchsim_diff import bytecode
 from torchsim_diff.kinds import Kind
 from torchsim_diff.routes import route_class
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S, protocol
@@ -88,6 +89,18 @@ class RouteWorker:
     # -- lifecycle -------------------------------------------------------------------
     def start(self, warm: bool = False) -> dict:
         cls = route_class(self.route_name)
+        os.makedirs(self.work_root, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [cls.interpreter(), "-m", "torchsim_diff.worker.server", self.route_name, json.dumps(self.options)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=self.environment(),
+            cwd=self.work_root)
+        self._warmed = False
+        self._hello = self._greet(warm)
+        return self._hello
+
+    def environment(self) -> dict:
+        """The worker process's environment: ours, plus its own Inductor cache and the route's settings."""
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_PARENT, env.get("PYTHONPATH")) if p)
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(self.work_root, f"inductor-{self.route_name}-{self.tag}")
@@ -96,15 +109,9 @@ class RouteWorker:
         # one compile process per core in each of 16 workers starved them all).
         env.setdefault("OMP_NUM_THREADS", "1")
         env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-        env.update(cls.worker_env(self.options))
-        os.makedirs(self.work_root, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [cls.interpreter(), "-m", "torchsim_diff.worker.server", self.route_name, json.dumps(self.options)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=self.work_root)
-        self._warmed = False
-        self._hello = self._greet(warm)
-        return self._hello
+        bytecode.redirect(env)
+        env.update(route_class(self.route_name).worker_env(self.options))
+        return env
 
     def _greet(self, warm: bool) -> dict:
         hello = self._request({"request": Request.HELLO.value, "warm": warm}, STARTUP_TIMEOUT_S)
