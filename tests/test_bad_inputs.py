@@ -76,12 +76,36 @@ BAD_CASES = [
     ("too many arguments", node("relu", ["x0", "x0"]), "torch rejects"),
     ("too few arguments", node("add", ["x0"]), "torch rejects"),
     ("dim out of range", node("sum", ["x0"], {"dim": [5], "keepdim": False}), "torch rejects"),
-    ("attribute missing", node("softmax", ["x0"], {}), "do not fit the op"),
+    ("attribute missing", node("softmax", ["x0"], {}), "attribute 'dim' is missing"),
     ("attrs as a list", node("relu", ["x0"], [1]), "attrs must be an object"),
     ("argument undefined", node("relu", ["x9"]), "argument 'x9' is not defined"),
     ("args not a list", node("relu", "x0"), "args='x0'"),
     ("output names nothing", case(outputs=["v7"]), "outputs[0]='v7' names no input or node"),
     ("input name used twice", case(inputs=[X, X]), "used twice"),
+    # content that is code, or too large to be a compiler test
+    ("dtype attr holding code", case(dtype="int32", inputs=[{**X, "dtype": "int32"}], nodes=[
+        {"id": "v0", "op": "to_float", "args": ["x0"], "attrs": {"dtype": "float32) or print('ran') or (x0"}}]),
+     "attribute dtype="),
+    ("attr key holding code", node("relu", ["x0"], {"x=print('ran')": 1}), "is not one of this op's attributes"),
+    ("int attr as code", node("softmax", ["x0"], {"dim": "__import__('os').getcwd()"}), "must be an integer"),
+    ("bool attr as an int", node("sum", ["x0"], {"dim": [0], "keepdim": 1}), "must be true or false"),
+    ("attr int of 2**70", node("softmax", ["x0"], {"dim": 2**70}), "must be an integer"),
+    ("attr list of 10000 ints", node("sum", ["x0"], {"dim": [0] * 10000, "keepdim": True}), "at most 16 integers"),
+    ("attrs nested 100000 deep", '{"a": ' * 100000 + "1" + "}" * 100000, "nested deeper than"),
+    ("reduce mode not in the set", node("scatter_reduce", ["x0", "x0", "x0"], {"dim": 0, "reduce": "os",
+                                                                             "include_self": True}), "one of 'sum'"),
+    ("einsum equation with code", node("einsum", ["x0"], {"equation": "ij->ji'), print('ran'"}), "einsum equation"),
+    ("nan attr", '{"schema": 1, "dtype": "float32", "inputs": [' + json.dumps(X) + '], "nodes": [{"id": "v0", '
+                 '"op": "leaky_relu", "args": ["x0"], "attrs": {"negative_slope": NaN}}], "outputs": ["v0"]}',
+     "must be a finite number"),
+    ("shape of 2**70", with_input(shape=[2**70], strides=[0], storage_size=1), "shape=[1180591620717411303424]"),
+    ("broadcast view of 2**40 elements", with_input(shape=[2**20, 2**20], strides=[0, 0], storage_size=1),
+     "over the limit of 268435456 per tensor"),
+    ("expand to 2**40 elements", node("expand", ["x0"], {"size": [2**20, 2**20, 2, 3]}), "per tensor"),
+    ("20000 inputs", case(inputs=[{**X, "name": f"x{k}"} for k in range(20000)]), "over the limit of 256"),
+    ("1000 nodes", case(nodes=[{"id": f"v{k}", "op": "relu", "args": ["x0"], "attrs": {}} for k in range(1000)],
+                        outputs=["v0"]), "over the limit of 512"),
+    ("rank 9 input", with_input(shape=[1] * 9, strides=[1] * 9, storage_size=1), "at most 8 non-negative"),
 ]
 
 

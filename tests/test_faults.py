@@ -1,5 +1,7 @@
 """Fault injection: killed writers, torn tails, a full disk, shared histories, workers dying
-while they start, damaged histories. Each checks that no record and no bucket is lost."""
+while they start, damaged histories, route workers killed from outside (at start-up, mid-case,
+mid-reduction), SIGINT and SIGTERM mid-campaign. Each checks that no record and no bucket is
+lost, and that no bucket is filed for a fault of ours or of the machine's."""
 import json
 import multiprocessing
 import os
@@ -7,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -205,16 +208,30 @@ def start_counter(tmp_path, monkeypatch, double_routes):
     return counter
 
 
-def test_a_worker_killed_during_start_up_is_a_crash_at_start_and_is_retried(tmp_path, start_counter, monkeypatch,
-                                                                             add_case):
-    monkeypatch.setenv("DOUBLE_START_KILLS", "2")
+def test_a_worker_killed_during_start_up_whose_case_then_passes_is_a_tool_error_not_a_crash(
+        tmp_path, start_counter, monkeypatch, add_case):
+    monkeypatch.setenv("DOUBLE_START_KILLS", "2")       # the probe's start, then the case's
     with Checker(out_dir=str(tmp_path / "run"), timeout_s=60) as checker:
         ok, reason, _ = checker.availability("double-dies-at-start")
         assert ok and "died during start-up" in reason and "SIGKILL" in reason
         first = checker.check(add_case, "double-dies-at-start")
-        assert (first.status, first.kind, first.stage) == (Status.FAIL, Kind.CRASH, "start")
+        assert (first.status, first.kind, first.stage, first.bucket) == (Status.SKIPPED, Kind.TOOL_ERROR, "start", None)
+        assert "killed by SIGKILL from outside while it started" in first.message and "passed" in first.message
         assert checker.check(add_case, "double-dies-at-start").status == Status.PASS
     assert start_counter.read_text().count("start") == 3
+
+
+def test_a_worker_killed_again_when_its_case_runs_on_a_fresh_one_is_the_cases_crash(tmp_path, start_counter,
+                                                                                    monkeypatch, add_case):
+    # the OOM killer kills the same case's worker each time: the death is the case's doing
+    monkeypatch.setenv("DOUBLE_START_KILLS", "3")
+    with Checker(out_dir=str(tmp_path / "run"), timeout_s=60) as checker:
+        checker.availability("double-dies-at-start")
+        first = checker.check(add_case, "double-dies-at-start")
+        assert (first.status, first.kind, first.stage) == (Status.FAIL, Kind.CRASH, "start")
+        assert "SIGKILL" in first.message and checker.workers["double-dies-at-start"].crashes_in_a_row == 1
+        assert checker.check(add_case, "double-dies-at-start").status == Status.PASS
+    assert start_counter.read_text().count("start") == 4
 
 
 def test_a_route_crashing_at_every_start_is_abandoned_and_the_run_is_not_clean(tmp_path, start_counter, monkeypatch,
@@ -266,3 +283,209 @@ def test_an_exception_in_the_oracle_is_a_tool_error_and_eager_rejecting_is_inval
         monkeypatch.setattr(oracle, "layout", types.SimpleNamespace())
         broken = checker.check(add_case, "eager")
     assert (broken.kind, broken.stage) == (Kind.TOOL_ERROR, "oracle") and "AttributeError" in broken.message
+
+
+# -- route workers killed from outside: at start-up, mid-case, mid-reduction ------------------
+@pytest.fixture
+def fault_routes(tmp_path, monkeypatch, double_routes):
+    """tests/fault_routes.py's doubles registered too; returns the file their marks go to."""
+    from tests.fault_routes import FAULT_DOUBLES
+    from torchsim_diff.routes import EXTRA_ROUTES_ENV
+    routes = {**double_routes, **FAULT_DOUBLES}
+    monkeypatch.setenv(EXTRA_ROUTES_ENV, ",".join(f"{name}={target}" for name, target in routes.items()))
+    marks = tmp_path / "marks"
+    monkeypatch.setenv("DOUBLE_MARK", str(marks))
+    return marks
+
+
+class Killer(threading.Thread):
+    """Follows the marks file of tests/fault_routes.py and kills (SIGKILL, as `kill -9` does)
+    the worker that wrote a mark when `aim(words, killer)` picks it, at most `most` times.
+    A kill sent on reading the mark lands while the double pauses: mid start-up or mid-case."""
+
+    def __init__(self, marks, aim, most: int):
+        super().__init__(daemon=True)
+        self.marks, self.aim, self.most = marks, aim, most
+        self.killed: list = []          # the marks acted on
+        self.seen = self.seen_at_last_kill = 0
+        self._done = threading.Event()
+
+    def run(self):
+        offset = 0
+        while not self._done.is_set():
+            if self.marks.exists():
+                with open(self.marks) as handle:
+                    handle.seek(offset)
+                    text = handle.read()
+                whole = text[:text.rfind("\n") + 1]
+                offset += len(whole)
+                for line in whole.splitlines():
+                    self.seen += 1
+                    words = line.split()
+                    if len(self.killed) < self.most and self.aim(words, self):
+                        os.kill(int(words[1]), signal.SIGKILL)
+                        self.killed.append(words)
+                        self.seen_at_last_kill = self.seen
+            time.sleep(0.01)
+
+    def case_ids(self) -> set:
+        return {words[2] for words in self.killed if words[0] == "case"}
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self.join()
+
+
+def _fuzz_here(tmp_path, route: str, *options):
+    """`torchsim-diff fuzz` in this process (so the test can watch it): exit status, records,
+    the bucket history's buckets and the run folder."""
+    from torchsim_diff.cli import main
+    out, history = tmp_path / "run", tmp_path / "buckets.sqlite"
+    code = main(["fuzz", "--routes", route, "--out", str(out), "--buckets", str(history), "--known-bugs", "none",
+                 *options])
+    records, log = read_all([str(out / "results.jsonl")])
+    assert not log.skipped
+    return code, records, BucketStore(str(history)).buckets, out
+
+
+def _statuses(records) -> list:
+    return sorted((r["status"], r["kind"], r["stage"]) for r in records)
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_a_worker_killed_during_start_up_costs_only_its_case_and_files_no_bucket(tmp_path, fault_routes,
+                                                                                 monkeypatch, run):
+    monkeypatch.setenv("DOUBLE_SETUP_S", "1")
+    # the worker's first set-up (the first case's), not the re-run's on a fresh worker
+    with Killer(fault_routes, lambda words, k: words[0] == "setup", most=1) as killer:
+        code, records, buckets, out = _fuzz_here(tmp_path, "double-marked", "--max-examples", "4", "--max-nodes", "1",
+                                                 "--seed", str(run))
+    assert len(killer.killed) == 1
+    assert code == 0 and buckets == {} and not (out / "bundles").exists()
+    assert _statuses(records) == [("pass", None, None)] * 3 + [("skipped", "tool_error", "start")]
+
+
+def test_workers_killed_mid_case_three_times_cost_only_their_cases(tmp_path, fault_routes, monkeypatch):
+    monkeypatch.setenv("DOUBLE_CASE_S", "0.3")
+
+    def mid_case(words, killer):      # a case not killed before (not a re-run), 3 marks after the last kill
+        return words[0] == "case" and words[2] not in killer.case_ids() and killer.seen - killer.seen_at_last_kill >= 3
+
+    with Killer(fault_routes, mid_case, most=3) as killer:
+        code, records, buckets, out = _fuzz_here(tmp_path, "double-marked", "--max-examples", "10", "--max-nodes",
+                                                 "1", "--seed", "3")
+    assert len(killer.killed) == 3
+    assert code == 0 and buckets == {} and not (out / "bundles").exists()
+    assert _statuses(records) == [("pass", None, None)] * 7 + [("skipped", "tool_error", "run")] * 3
+    killed = [r for r in records if r["kind"] == "tool_error"]
+    assert {r["case_id"] for r in killed} == killer.case_ids()
+    assert all("killed by SIGKILL from outside while it ran the case" in r["message"] for r in killed)
+
+
+def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_were(tmp_path, fault_routes,
+                                                                                  monkeypatch):
+    from torchsim_diff.reduce import Refiner
+    monkeypatch.setenv("DOUBLE_CASE_S", "0.1")
+    options = ("--max-examples", "4", "--max-nodes", "3", "--seed", "1", "--reduce-budget", "600")
+    undisturbed = _fuzz_here(tmp_path / "undisturbed", "double-marked-wrong", *options)
+    reducing = []                       # the failure being reduced, while it is
+    reduce_and_classify = Refiner._reduce_and_classify
+
+    def marking(refiner, verdict):
+        reducing.append(verdict.case.case_id)
+        try:
+            return reduce_and_classify(refiner, verdict)
+        finally:
+            reducing.clear()
+
+    monkeypatch.setattr(Refiner, "_reduce_and_classify", marking)
+
+    def mid_reduction(words, killer):
+        """The reducer's first run (the failure again), then two others 2 marks apart; never a re-run."""
+        return (words[0] == "case" and reducing and words[2] not in killer.case_ids()
+                and (words[2] in reducing if not killer.killed else killer.seen - killer.seen_at_last_kill >= 2))
+
+    with Killer(fault_routes, mid_reduction, most=3) as killer:
+        code, records, buckets, out = _fuzz_here(tmp_path, "double-marked-wrong", *options)
+    assert len(killer.killed) == 3
+    assert code == undisturbed[0] == 1
+    assert _verdicts(records) == _verdicts(undisturbed[1]) and len(records) == 4
+    assert {(r["status"], r["kind"]) for r in records} == {("fail", "wrong_values")}
+    assert buckets.keys() == undisturbed[2].keys() and sorted(os.listdir(out / "bundles")) == sorted(buckets)
+
+
+def _verdicts(records) -> list:
+    return sorted((r["case_id"], r["status"], r["kind"], r["bucket"], r.get("trigger"),
+                   json.dumps(r.get("reduced_case"))) for r in records)
+
+
+def test_a_failure_that_does_not_fail_again_is_kept_as_found_and_the_run_goes_on(tmp_path, add_case):
+    from torchsim_diff.check import Verdict
+    from torchsim_diff.reduce import Refiner
+    flaky = Verdict(add_case, "eager", Status.FAIL, Kind.CRASH, "run", "worker killed by SIGSEGV")
+    with Checker(out_dir=str(tmp_path)) as checker:
+        fields = Refiner(checker, budget_s=30).refine(flaky)
+    assert "does not fail on route 'eager'" in fields["reduce_error"]
+    assert flaky.failed and flaky.bucket is not None and flaky.refined is None     # in its raw bucket
+
+
+# -- SIGINT and SIGTERM ------------------------------------------------------------------------
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_campaign_leaves_whole_records_and_prints_the_summary(tmp_path, fault_routes, monkeypatch,
+                                                                           signum, status):
+    monkeypatch.setenv("DOUBLE_CASE_S", "2")        # the case in flight must not be waited for
+    out = tmp_path / "run"
+    proc = _cli("fuzz", "--routes", "double-marked", "--max-examples", "500", "--max-nodes", "1", "--out", str(out),
+                "--buckets", str(tmp_path / "buckets.sqlite"), "--no-reduce")
+    _wait_for_records(out / "results.jsonl", 2, proc)
+    time.sleep(0.5)                                  # into the next case
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    stdout, err = proc.communicate(timeout=300)
+    assert proc.returncode == status, err
+    assert time.monotonic() - sent < 30 and "Traceback" not in err
+    lines = [line for line in _lines(out / "results.jsonl") if line]
+    records = [json.loads(line) for line in lines]                      # every line whole
+    assert len(records) >= 2 and {r["status"] for r in records} == {"pass"}
+    assert "Summary" in stdout
+    name = signal.Signals(signum).name
+    assert f"{len(records)} cases, results in {out / 'results.jsonl'} (interrupted by {name})" in stdout
+
+
+PYTEST_SUITE = '''
+from hypothesis import given, seed
+from torchsim_diff.strategies import cases
+
+def test_fuzz(torchsim_session, fuzz_route):
+    torchsim_session.require(fuzz_route)
+
+    @seed(torchsim_session.fuzz_seed(fuzz_route))
+    @torchsim_session.settings()
+    @given(case=cases(ops=["relu", "exp"], max_nodes=1))
+    def run_case(case):
+        torchsim_session.check(case, fuzz_route)
+    run_case()
+'''
+
+
+def test_sigterm_ends_a_pytest_fuzz_run_with_its_report_and_whole_records(tmp_path, fault_routes, monkeypatch):
+    monkeypatch.setenv("DOUBLE_CASE_S", "2")
+    (tmp_path / "test_suite.py").write_text(PYTEST_SUITE)
+    report = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "test_suite.py", "--routes",
+                             "double-marked", "--fuzz-examples", "1000", "--report-dir", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    _wait_for_records(report / "results-main.jsonl", 2, proc)
+    time.sleep(0.5)                                  # into the next case
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    stdout, err = proc.communicate(timeout=300)
+    assert proc.returncode == pytest.ExitCode.INTERRUPTED, stdout + err
+    assert time.monotonic() - sent < 60
+    records = [json.loads(line) for line in _lines(report / "results-main.jsonl") if line]   # every line whole
+    assert len(records) >= 2 and {r["status"] for r in records} == {"pass"}
+    assert "SIGTERM received" in stdout and "Summary" in stdout and f"HTML report: {report / 'report.html'}" in stdout

@@ -92,3 +92,15 @@ def test_malformed_case_gives_one_line_naming_the_problem(add_case, name):
 ])
 def test_layout_classes_follow_the_geometry(shape, strides, offset, mutated, expected):
     assert layout.layout_classes(shape, strides, offset, 100, mutated) == expected
+
+
+def test_the_case_byte_limit_follows_the_environment(monkeypatch, add_case):
+    from torchsim_diff.validate import MAX_CASE_BYTES_ENV, InvalidCase, Limits, validate_case
+    assert Limits.for_this_machine().case_bytes >= 2**26
+    validate_case(add_case.to_dict())
+    monkeypatch.setenv(MAX_CASE_BYTES_ENV, "200")
+    with pytest.raises(InvalidCase, match="over the limit of 200"):
+        validate_case(add_case.to_dict())
+    monkeypatch.setenv(MAX_CASE_BYTES_ENV, "lots")
+    with pytest.raises(InvalidCase, match="must be a positive number of bytes"):
+        validate_case(add_case.to_dict())

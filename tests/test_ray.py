@@ -2,14 +2,21 @@
 
 The Ray run must give the single-process run's verdicts case for case, and a node killed
 mid-run must lose nothing: its unfinished shard is rerun on the head and the summary says so.
+Joining an address nobody answers, and an actor that stops answering, are bounded in time.
 """
 import dataclasses
 import os
+import subprocess
+import sys
+import time
+import types
 
 import pytest
 
+from tests.conftest import REPO
 from torchsim_diff.campaign import CampaignOptions
-from torchsim_diff.ray_campaign import Driver, plan_shards, run_ray_campaign, run_shards_here, shard_seed
+from torchsim_diff.ray_campaign import (CONNECT_TIMEOUT_S, Driver, plan_shards, run_ray_campaign, run_shards_here,
+                                        shard_seed)
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'torchsim-diff[ray]'")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -99,3 +106,81 @@ def test_an_actor_that_is_never_placed_does_not_stall_the_campaign(cluster, opti
     small = dataclasses.replace(options, out_dir=str(tmp_path), max_examples=24)
     result = run_ray_campaign(small, cluster[0].address, SHARDS)
     assert result.cases == 24 and not result.notes
+
+
+def test_an_unreachable_head_is_one_line_and_exit_2_in_bounded_time(tmp_path):
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "torchsim_diff", "fuzz", "--ray", "127.0.0.1:1", "--routes", "eager",
+                           "--max-examples", "2", "--out", str(tmp_path / "run"), "--buckets", "none"],
+                          capture_output=True, text=True, timeout=240, cwd=REPO)
+    assert time.monotonic() - started < 120          # before: ray.init retried for about twenty minutes
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("torchsim-diff: error: --ray 127.0.0.1:1: cannot reach the cluster's head at ")
+    assert f"within {CONNECT_TIMEOUT_S:g} s" in line
+
+
+class _FakeRay:
+    """Just enough of Ray for _dispatch: actors run steps at once, except those of the shards
+    in `silent`, which never answer (an actor on a node frozen but not declared dead)."""
+
+    class exceptions:
+        class RayActorError(Exception):
+            pass
+
+        class GetTimeoutError(Exception):
+            pass
+
+    def __init__(self, silent: set):
+        self.silent, self.results, self.killed = silent, {}, []
+
+    def remote(self, **_options):
+        fake = self
+
+        class Actor:
+            def __init__(self):
+                self.runner = types.SimpleNamespace(step=lambda shard, position: [
+                    {"case": f"{shard.index}/{position}"}] if position < shard.budget else None)
+                self.node = fake._method(lambda: "node")
+                self.close = fake._method(lambda: None)
+                self.step = fake._method(self.runner.step, silent_if=lambda shard, _pos: shard.index in fake.silent)
+
+        return lambda _cls: types.SimpleNamespace(remote=lambda _opts: Actor())
+
+    def _method(self, fn, silent_if=lambda *a: False):
+        def remote(*args):
+            ref = object()
+            if not silent_if(*args):
+                self.results[ref] = fn(*args)
+            return ref
+        return types.SimpleNamespace(remote=remote)
+
+    def wait(self, refs, num_returns, timeout):
+        ready = [r for r in refs if r in self.results][:num_returns]
+        if not ready:
+            time.sleep(timeout)
+        return ready, []
+
+    def get(self, refs, timeout=None):
+        return [self.results.pop(r) for r in refs] if isinstance(refs, list) else self.results.pop(refs)
+
+    def kill(self, actor):
+        self.killed.append(actor)
+        self.silent.clear()             # the shard's rerun, on another actor, answers
+
+
+def test_an_actor_that_stops_answering_loses_its_shard_to_another(options, monkeypatch):
+    from torchsim_diff import ray_campaign
+    monkeypatch.setattr(ray_campaign, "step_timeout_s", lambda opts: 0.5)
+    plan = plan_shards(5, 6, 3)
+    accepted = []
+    driver = types.SimpleNamespace(accept=lambda records, node: accepted.extend(records),
+                                   result=types.SimpleNamespace(notes=[]), opts=options)
+    fake = _FakeRay(silent={1})
+    started = time.monotonic()
+    ray_campaign._dispatch(fake, options, plan, 2, driver)
+    assert time.monotonic() - started < 10
+    assert sorted(r["case"] for r in accepted) == ["0/0", "0/1", "1/0", "1/1", "2/0", "2/1"]
+    (note,) = driver.result.notes
+    assert "shard 1 rerun on another node from its case 0" in note and "no answer within 0.5 s" in note
+    assert len(fake.killed) == 1

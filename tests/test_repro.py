@@ -328,3 +328,18 @@ def test_adapter_kernel_is_the_one_the_adapter_stopped_on(tmp_path):
     assert adapter_repro.failing_kernel(str(tmp_path)) == str(tmp_path / "b-stopped" / "kernel.fixed.ttir")
     assert adapter_repro.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "adapter: x"})
     assert not adapter_repro.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "ttir: x"})
+
+
+def test_repro_literals_keep_every_float_bit_exact():
+    import ast
+    import math
+    import struct
+
+    from torchsim_diff.repro import _number
+    values = [-0.0, 0.0, 2.0, -3.0, 1e-45, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
+              -65504.0, 3.3895313892515355e38, 0.1, float("inf"), float("-inf")]
+    for v in values:
+        text = _number(v)
+        back = float(text[len('float("'):-2]) if text.startswith("float(") else ast.literal_eval(text)
+        assert struct.pack("<d", back) == struct.pack("<d", v), (v, text)
+    assert math.isnan(float(_number(float("nan"))[len('float("'):-2]))

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 
+from torchsim_diff.script_text import check_script, docstring
+
 KERNEL_FILE = "kernel.ttir"
 REPLAY_TIMEOUT_S = 600      # one replay, not a campaign: Inductor, TTIR and the adapter on a loaded machine
 
@@ -61,8 +63,8 @@ def render_script(head: str) -> str:
     """repro.py: `head` is the docstring's lines (title, note, divergence) without quotes."""
     from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_PASSES
     passes = ",\n          ".join(repr(p) for p in ADAPTER_PASSES)
-    return f'''"""{head}
-Exit 1: reproduces, 0: fixed, 2: triton-adapter-opt missing."""
+    doc = f"{head}\nExit 1: reproduces, 0: fixed, 2: triton-adapter-opt missing."
+    return check_script(f'''{docstring(doc)}
 import os
 import re
 import shutil
@@ -84,4 +86,4 @@ left = set(re.findall(r'^\\s*(?:%[\\w#:]+(?:, %[\\w#:]+)* = )?"?(tt\\.\\w+)', do
 if left:
     sys.exit(print(f"REPRODUCES: Triton op(s) {{', '.join(sorted(left))}} left unconverted in the output") or 1)
 print("FIXED: triton-adapter-opt converted the kernel")
-'''
+''', doc)

@@ -18,8 +18,9 @@ import sqlite3
 import sys
 import time
 
+from torchsim_diff import files
 from torchsim_diff.graph import case_size
-from torchsim_diff.results import StorageError
+from torchsim_diff.results import ARTIFACT_FIELDS, StorageError
 
 DEFAULT_PATH = os.path.join("reports", "buckets.sqlite")
 LEGACY_SUFFIX = ".json"
@@ -64,6 +65,10 @@ class BucketStore:
     def _open(self) -> sqlite3.Connection:
         folder = os.path.dirname(os.path.abspath(self.path))
         try:
+            files.check_regular(self.path, files.BUCKET_HISTORY)    # SQLite would block on a FIFO
+        except files.UnreadableFile as exc:
+            raise StorageError(f"bucket history {exc}") from None
+        try:
             os.makedirs(folder, exist_ok=True)
             return self._connect()
         except sqlite3.DatabaseError as exc:
@@ -92,9 +97,15 @@ class BucketStore:
         if self._imported(key):
             return
         try:
-            with open(legacy, encoding="utf-8") as handle:
-                entries = json.load(handle)["buckets"]
+            files.check_regular(legacy, files.LEGACY_HISTORY)      # not moved aside: not ours
+        except files.UnreadableFile as exc:
+            raise StorageError(f"bucket history {exc}") from None
+        try:
+            entries = files.read_json(legacy, files.LEGACY_HISTORY)["buckets"]
             rows = [_legacy_row(bucket, entry) for bucket, entry in entries.items()]
+        except files.UnreadableFile as exc:
+            move_aside(legacy, exc.reason)
+            return
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             move_aside(legacy, f"{type(exc).__name__}: {exc}")
             return
@@ -114,6 +125,9 @@ class BucketStore:
         if not bucket:
             return False
         size = list(case_size(record["case"]))
+        # absolute, so that `export` finds them from any folder (results.run_folder_of)
+        record = {**record, **{key: os.path.abspath(record[key]) for key in ARTIFACT_FIELDS
+                               if isinstance(record.get(key), str) and record[key]}}
         with self._transaction() as db:
             row = db.execute("SELECT size FROM buckets WHERE bucket = ?", (bucket,)).fetchone()
             if row is None:
@@ -140,18 +154,25 @@ class BucketStore:
         self._db.close()
 
     # -- reading ---------------------------------------------------------------------------
-    def smallest_record(self, bucket: str) -> dict | None:
+    def smallest_record(self, bucket: str):
+        """The smallest record kept for `bucket` (parsed JSON, unchecked: see results.record_problem)."""
         row = self._db.execute("SELECT record FROM buckets WHERE bucket = ?", (bucket,)).fetchone()
-        return json.loads(row[0]) if row else None
+        return _loads(row[0]) if row else None
 
     @property
     def buckets(self) -> dict:
-        """bucket -> {route, kind, op, message, first_seen, count, size, case}."""
+        """bucket -> {route, kind, op, message, first_seen, count, size, case}; a row whose
+        stored JSON is damaged shows size [0, 0, 0] and no case."""
         rows = self._db.execute("SELECT bucket, route, kind, op, message, first_seen, count, size, record "
                                 "FROM buckets ORDER BY first_seen, bucket").fetchall()
-        return {r[0]: {"route": r[1], "kind": r[2], "op": r[3], "message": r[4], "first_seen": r[5],
-                       "count": r[6], "size": json.loads(r[7]), "case": json.loads(r[8]).get("case")}
-                for r in rows}
+        found = {}
+        for r in rows:
+            size, record = _loads(r[7]), _loads(r[8])
+            size = size if isinstance(size, list) and len(size) == 3 else [0, 0, 0]
+            case = record.get("case") if isinstance(record, dict) else None
+            found[r[0]] = {"route": r[1], "kind": r[2], "op": r[3], "message": r[4], "first_seen": r[5],
+                           "count": r[6], "size": size, "case": case}
+        return found
 
 
 class _Transaction:
@@ -182,6 +203,14 @@ class _Transaction:
             raise StorageError(f"cannot write bucket history {self.path}: {exc}") from None
 
 
+def _loads(text):
+    """Stored JSON text, None when it is not (the file is data too)."""
+    try:
+        return files.parse_json(text, "bucket history") if isinstance(text, (str, bytes)) else None
+    except files.UnreadableFile:
+        return None
+
+
 def _first_line(message) -> str:
     return message.splitlines()[0][:200] if message else ""
 
@@ -199,7 +228,7 @@ def smallest_per_bucket(records) -> dict:
     best: dict = {}
     for record in records:
         bucket = record.get("bucket")
-        if bucket and record.get("status") == "fail":
+        if bucket and record.get("status") == "fail" and isinstance(record.get("case"), dict):
             if bucket not in best or case_size(record["case"]) < case_size(best[bucket]["case"]):
                 best[bucket] = record
     return best

@@ -6,11 +6,18 @@ campaign does not stop at a failure: every verdict goes to results.jsonl as it i
 shrinking is `torchsim-diff reduce`'s job. With a budget it stops drawing when the time is
 spent; per-route timeouts adapt to the run (torchsim_diff.timeouts), and one progress line
 per route follows the records (torchsim_diff.progress).
+
+Faults are survived: a route worker killed from outside costs its case alone, recorded as
+`tool_error` (worker.client.RouteWorker.collect); a failure that does not fail again when
+reduced is kept as found. An interrupt (KeyboardInterrupt, which the command also raises
+for SIGTERM) kills the route workers at once, drops the case in flight and ends the run with
+everything written so far.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import sys
 import time
 
@@ -69,6 +76,7 @@ class CampaignResult:
     records: list = dataclasses.field(default_factory=list)
     unavailable: dict = dataclasses.field(default_factory=dict)
     interrupted: bool = False
+    signal: int | None = None          # what interrupted it: SIGINT (Ctrl-C) or SIGTERM
     new_buckets: set = dataclasses.field(default_factory=set)
     bundles: dict = dataclasses.field(default_factory=dict)
 
@@ -80,6 +88,11 @@ class CampaignResult:
     @property
     def known_findings(self) -> list:
         return [r for r in self.records if r["status"] == Status.FAIL.value and r.get("known")]
+
+    def interrupt(self, exc: KeyboardInterrupt) -> None:
+        """Note that the run was cut short, and by which signal (`signum` on the exception
+        the command raises for SIGTERM; a plain KeyboardInterrupt is Ctrl-C)."""
+        self.interrupted, self.signal = True, getattr(exc, "signum", signal.SIGINT)
 
 
 def load_known(opts: CampaignOptions) -> set:
@@ -199,8 +212,9 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                 pass
             submit()
             write(pipeline.drain())
-        except KeyboardInterrupt:
-            result.interrupted = True
+        except KeyboardInterrupt as exc:
+            result.interrupt(exc)
+            checker.stop()          # the case in flight ends now (Stopped on its thread); its records are dropped
         finally:
             pipeline.abandon()      # after a drain nothing is in flight; else wait before the workers close
         progress.stop()

@@ -20,6 +20,7 @@ from torchsim_diff import classify, oracle, second_size
 from torchsim_diff.claims import BucketClaims
 from torchsim_diff.graph import Case
 from torchsim_diff.kinds import Kind, Status
+from torchsim_diff.program_check import load_program
 from torchsim_diff.routes import route_class
 from torchsim_diff.sweep import Sweeper
 from torchsim_diff.worker import blame, protocol
@@ -62,6 +63,17 @@ def _tool_error(case: Case, route: str, stage: str, exc: Exception, artifact_dir
     message, files = blame.describe_ours(exc, artifact_dir)
     return Verdict(case, route, Status.FAIL, Kind.TOOL_ERROR, stage, message, artifact_dir=artifact_dir,
                    artifacts=files)
+
+
+def _killed(verdict: "Verdict", metrics: dict) -> "Verdict":
+    """A case whose first worker was killed from outside and which then did nothing wrong on a
+    fresh one (RouteWorker.collect): the death was nobody's bug in the route. Recorded as
+    `tool_error`, skipped (so with no bucket, no reduction, no failure), never as a crash."""
+    where = "while it started" if metrics.get("killed_at") == "start" else "while it ran the case"
+    return Verdict(verdict.case, verdict.route, Status.SKIPPED, Kind.TOOL_ERROR, metrics.get("killed_at"),
+                   f"worker killed by {metrics['killed_by']} from outside {where}; the case ran again on a fresh "
+                   f"worker and {'passed' if verdict.status == Status.PASS else 'was ' + verdict.status.value}, so "
+                   f"the death was not the case's doing: not a compiler finding", stats=verdict.stats, metrics=metrics)
 
 
 @dataclasses.dataclass
@@ -135,6 +147,12 @@ class Verdict:
                            f"{self.message}\n\n{self.case.program_source()}")
 
 
+class Stopped(BaseException):
+    """Raised by Checker.check once the checker is stopped (a run being interrupted), so that
+    work in flight on another thread (a reduction, say) ends at its next case. A BaseException:
+    no `except Exception` on the way takes it for a failing case."""
+
+
 class Checker:
     """Owns one warm worker per route and the run's output folder."""
 
@@ -153,6 +171,7 @@ class Checker:
         self.route_options = dict(route_options or {})
         self.tag = tag
         self.workers: dict = {}
+        self.stopped = False
         # The reference runs tiny tensors: more threads only contend with parallel workers.
         torch.set_num_threads(1)
         self._reference_key = None
@@ -174,6 +193,14 @@ class Checker:
         self.workers.clear()
         self.sweeper.close()
 
+    def stop(self) -> None:
+        """Kill every route worker now and run no more cases: for a run being interrupted
+        (SIGINT, SIGTERM), which must not wait for the case in flight. The case in flight comes
+        back skipped; later calls to `check` raise Stopped. Safe from another thread."""
+        self.stopped = True
+        for worker in list(self.workers.values()):
+            worker.stop()
+
     def worker(self, route: str) -> RouteWorker:
         if route not in self.workers:
             route_class(route)  # unknown names fail here, before a process starts
@@ -188,6 +215,8 @@ class Checker:
 
     def check(self, case: Case, route: str, timeout_s: float | None = None) -> Verdict:
         """timeout_s: this run's limit (default: the checker's; see torchsim_diff.timeouts)."""
+        if self.stopped:
+            raise Stopped
         t0 = time.perf_counter()
         options = self.route_options.get(route)
         verdict = self._check(case, route, timeout_s)
@@ -238,14 +267,19 @@ class Checker:
         """Eager and float64 results, computed once per case however many routes run it."""
         key = case.case_id
         if key != self._reference_key:
-            namespace: dict = {}
-            exec(compile(source, "<torchsim-diff program>", "exec"), namespace)
-            self._reference = oracle.reference(case, namespace["program"])
+            self._reference = oracle.reference(case, load_program(source))
             self._reference_key = key
         return self._reference
 
     @staticmethod
     def _verdict(case: Case, route: str, ref, reply: protocol.Outcome) -> Verdict:
+        verdict = Checker._judged(case, route, ref, reply)
+        if reply.metrics.get("killed_by") and not verdict.failed:
+            return _killed(verdict, reply.metrics)
+        return verdict
+
+    @staticmethod
+    def _judged(case: Case, route: str, ref, reply: protocol.Outcome) -> Verdict:
         metrics = reply.metrics
         if reply.abandoned:
             return Verdict(case, route, Status.SKIPPED, message=reply.message)

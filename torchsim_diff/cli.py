@@ -1,14 +1,21 @@
-"""`torchsim-diff` command line. Exit status: 0 clean, 1 findings, 2 usage or environment error.
+"""`torchsim-diff` command line. Exit status: 0 clean, 1 findings, 2 usage or environment error,
+130 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM).
 
 User mistakes (unknown route or op, malformed case JSON, missing files) print one line
-starting with "torchsim-diff: error:" and exit 2; they never print a traceback.
+starting with "torchsim-diff: error:" and exit 2; they never print a traceback. SIGTERM ends
+a command as Ctrl-C does: `fuzz` keeps every record written, prints its summary and the
+results path, and exits 143 (130 for Ctrl-C); a second SIGTERM ends the process at once.
 """
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import os
+import re
+import signal
 import sys
+import threading
 import time
 
 from torchsim_diff import bytecode
@@ -17,7 +24,9 @@ from torchsim_diff.budget import budget_seconds
 from torchsim_diff.results import StorageError
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
+EXIT_STATUS_HELP = ("exit status: 0 clean, 1 findings, 2 usage or environment error (one line), 130 interrupted "
+                    "(Ctrl-C), 143 terminated (SIGTERM); an interrupted fuzz keeps its records and prints its summary")
 DEFAULT_HISTORY = os.path.join("reports", "buckets.sqlite")
 
 
@@ -94,6 +103,7 @@ def cmd_fuzz(args) -> int:
     from torchsim_diff.report import bucket_rows, render, summary_rows
     from torchsim_diff.strategies import InvalidArgument
     routes = args.routes
+    _check_fuzz(args)
     opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=args.max_examples,
                            seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
                            families=args.families, ops=args.ops,
@@ -101,7 +111,7 @@ def cmd_fuzz(args) -> int:
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
                            reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
-                           batch=args.batch, known_bugs=None if args.known_bugs == "none" else args.known_bugs)
+                           batch=args.batch, known_bugs=_known_bugs(args))
     try:
         result = _run_fuzz(opts, args)
     except InvalidArgument as exc:
@@ -116,13 +126,22 @@ def cmd_fuzz(args) -> int:
         if opts.bucket_store:
             print(f"{len(result.new_buckets)} new bucket(s); history in {opts.bucket_store}")
     _print_known(result.known_findings, opts.known_bugs)
+    _print_killed(result.records)
     print(f"\n{result.cases} cases, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
-          + (" (interrupted)" if result.interrupted else ""))
+          + (f" (interrupted by {signal.Signals(result.signal).name})" if result.interrupted else ""))
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
         print(note)
     if result.interrupted:
-        return EXIT_INTERRUPTED
+        return EXIT_TERMINATED if result.signal == signal.SIGTERM else EXIT_INTERRUPTED
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+
+
+def _print_killed(records) -> None:
+    """One line for cases whose route worker was killed from outside: not tested, no finding."""
+    killed = [r for r in records if r["status"] == "skipped" and r.get("kind") == "tool_error"]
+    if killed:
+        print(f"{len(killed)} case(s) not tested: their route worker was killed from outside "
+              f"(records with kind tool_error)")
 
 
 def _print_known(records, folder) -> None:
@@ -136,17 +155,94 @@ def _run_fuzz(opts, args):
     """In this process, or in shards on a Ray cluster with --ray."""
     if not args.ray:
         from torchsim_diff.campaign import run_campaign
-        return run_campaign(opts)
-    from torchsim_diff.ray_campaign import RayUnavailable, run_ray_campaign
-    if args.shards is not None and args.shards < 1:
-        raise UsageError(f"--shards {args.shards} must be 1 or more (e.g. --shards 64)")
+        result = run_campaign(opts)
+    else:
+        from torchsim_diff.ray_campaign import RayUnavailable, run_ray_campaign
+        try:
+            result = run_ray_campaign(opts, args.ray, args.shards)
+        except RayUnavailable as exc:
+            raise UsageError(str(exc)) from None
+    if result.cases == 0 and not result.interrupted and not opts.budget_s:
+        # _check_filters catches the filters known to leave nothing; this is the backstop
+        raise UsageError(f"no case could be drawn with --dtype {opts.dtype}"
+                         + "".join(f" --{name} {','.join(v)}" for name, v in (("ops", opts.ops),
+                                                                            ("families", opts.families)) if v)
+                         + "; nothing ran (see `torchsim-diff ops` for each op's family and dtypes)")
+    return result
+
+
+def _check_fuzz(args) -> None:
+    """What `fuzz` was given, checked together before any work starts (argparse has checked
+    each value alone): filters that leave nothing to draw, the known-bug folder, the bucket
+    history and the results file, --shards without --ray."""
+    if args.shards is not None and not args.ray:
+        raise UsageError(f"--shards {args.shards} applies only with --ray (a campaign on a Ray cluster)")
+    _check_filters(args)
+    if args.known_bugs not in (None, "none") and not os.path.isdir(args.known_bugs):
+        what = "is not a folder" if os.path.exists(args.known_bugs) else "does not exist"
+        raise UsageError(f"--known-bugs {args.known_bugs} {what}; pass a folder of known-bug corpus entries "
+                         f"(e.g. corpora/known) or 'none'")
+    if args.buckets != "none":
+        _check_history(args.buckets)
+    if args.out:
+        _check_results_file(os.path.join(args.out, "results.jsonl"))
+
+
+def _known_bugs(args) -> str | None:
+    from torchsim_diff.campaign import KNOWN_BUGS_DIR
+    if args.known_bugs is None:
+        return KNOWN_BUGS_DIR
+    return None if args.known_bugs == "none" else args.known_bugs
+
+
+def _check_filters(args) -> None:
+    """--ops, --families and --dtype: known names that leave at least one op to draw."""
+    from torchsim_diff.ops import FAMILIES, all_ops
+    from torchsim_diff.strategies import InvalidArgument, cases
     try:
-        return run_ray_campaign(opts, args.ray, args.shards)
-    except RayUnavailable as exc:
-        raise UsageError(str(exc)) from None
+        cases(dtype=args.dtype, max_nodes=args.max_nodes, families=args.families, ops=args.ops)
+    except InvalidArgument as exc:
+        ops, families = args.ops or [], args.families or []
+        if not set(ops) <= set(all_ops()) or not set(families) <= set(FAMILIES):
+            raise UsageError(str(exc)) from None
+        picked = [s for s in all_ops().values()
+                  if (not ops or s.name in ops) and (not families or s.family in families)]
+        why = f"no op there takes dtype {args.dtype}" if picked else "none of those ops is in those families"
+        given = " ".join(f"--{name} {','.join(v)}" for name, v in (("ops", ops), ("families", families)) if v)
+        raise UsageError(f"{given} with --dtype {args.dtype} leaves nothing to draw: {why} "
+                         f"(see `torchsim-diff ops` for each op's family and dtypes)") from None
+
+
+def _check_history(path: str) -> None:
+    """A bucket history path: absent (it is created), or a regular file within its cap."""
+    from torchsim_diff import files
+    from torchsim_diff.buckets import legacy_path, store_path
+    for candidate, cap in ((store_path(path), files.BUCKET_HISTORY), (legacy_path(path), files.LEGACY_HISTORY)):
+        try:
+            files.check_regular(candidate, cap)
+        except files.UnreadableFile as exc:
+            raise UsageError(f"bucket history {exc}") from None
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise UsageError(f"bucket history {path} cannot be created: {parent} is a file; pass another --buckets path")
+
+
+def _check_results_file(path: str) -> None:
+    """RUN/results.jsonl, appended to: absent, or a regular file."""
+    if os.path.lexists(path) and not os.path.isfile(path):
+        kind = "a folder" if os.path.isdir(path) else "not a regular file"
+        raise UsageError(f"{path} is {kind}; the results file must be a regular file (pass another --out)")
+
+
+_OPTION_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _route_options(args) -> dict:
+    """ROUTE.KEY=VALUE items as {route: {key: value}}, each key one its route declares
+    (Route.option_names) and each value one the route accepts: checked here, before any
+    worker starts. A value of ASCII digits is an integer, anything else text."""
     options = {}
     for item in args.route_option or []:
         if "=" not in item or "." not in item.split("=", 1)[0]:
@@ -154,10 +250,18 @@ def _route_options(args) -> dict:
         key, value = item.split("=", 1)
         route, name = key.split(".", 1)
         _route_or_usage(route)
-        options.setdefault(route, {})[name] = int(value) if value.isdigit() else value
+        if route not in args.routes:
+            raise UsageError(f"--route-option {item!r} is for route {route}, which --routes "
+                             f"{','.join(args.routes)} does not run")
+        if not _OPTION_KEY.fullmatch(name):
+            raise UsageError(f"--route-option {item!r}: {name!r} is not an option name (letters, digits and _); "
+                             f"e.g. spike.vlen=512")
+        options.setdefault(route, {})[name] = int(value) if value.isascii() and value.isdigit() else value
     for route, chosen in options.items():
+        cls = _route_or_usage(route)
         try:
-            _route_or_usage(route)(chosen)      # routes check their options when built
+            cls.check_options(chosen)
+            cls(chosen)                         # routes check their option values when built
         except (ValueError, TypeError) as exc:
             raise UsageError(f"--route-option for {route}: {exc}") from None
     return options
@@ -240,23 +344,9 @@ def cmd_export(args) -> int:
     """Write the reproducer bundle of one bucket (its smallest case) to a folder."""
     if args.bucket.endswith(".json"):
         return _export_entry(args)
-    from torchsim_diff.buckets import BucketStore, legacy_path, smallest_per_bucket, store_path
     from torchsim_diff.repro import BundleError, write_bundle
-    from torchsim_diff.results import find_results, read_all
     from torchsim_diff.validate import InvalidCase, validate_case
-    record = None
-    if args.runs:
-        records, log = read_all(find_results(args.runs))
-        _warn(log.summary())
-        record = smallest_per_bucket(records).get(args.bucket)
-        where = ", ".join(args.runs)
-    else:
-        if not any(os.path.exists(p) for p in (store_path(args.buckets), legacy_path(args.buckets))):
-            raise UsageError(f"no bucket history at {args.buckets}; pass run folders with --from")
-        store = BucketStore(args.buckets)
-        record, where = store.smallest_record(args.bucket), store.path
-    if record is None:
-        raise UsageError(f"bucket {args.bucket!r} not found in {where}")
+    record, where = _run_record(args) if args.runs else _history_record(args)
     try:
         validate_case(record.get("case"))
     except InvalidCase as exc:
@@ -267,6 +357,69 @@ def cmd_export(args) -> int:
         raise UsageError(str(exc)) from None
     print(f"bundle for bucket {args.bucket} ({record['route']}, {record['kind']}) written to {folder}")
     return EXIT_CLEAN
+
+
+def _run_record(args) -> tuple:
+    """(the bucket's smallest failing record in the --from runs, where). Records come with
+    their artifact folders resolved inside their own run folder; one whose folder lies outside
+    it was refused by the reader, and so is the export if the bucket has no other record."""
+    from torchsim_diff.buckets import smallest_per_bucket
+    from torchsim_diff.results import find_results, read_all
+    _existing(args.runs, "run folder or results file", "--from")
+    records, log = read_all(find_results(args.runs))
+    where = ", ".join(args.runs)
+    record = smallest_per_bucket(records).get(args.bucket)
+    if record is None and args.bucket in log.refused:
+        raise UsageError(f"bucket {args.bucket} refused: {log.refused[args.bucket]}")
+    if record is None:
+        raise UsageError(f"bucket {args.bucket!r} not found in {where}"
+                         + (f" ({log.summary()})" if log.skipped else ""))
+    _warn(log.summary())
+    return record, where
+
+
+def _history_record(args) -> tuple:
+    """(the bucket's smallest record in the bucket history, where), checked like a results line."""
+    from torchsim_diff.buckets import BucketStore, legacy_path, store_path
+    from torchsim_diff.results import record_problem, run_folder_of
+    _check_history(args.buckets)
+    if not any(os.path.exists(p) for p in (store_path(args.buckets), legacy_path(args.buckets))):
+        raise UsageError(f"no bucket history at {args.buckets}; pass run folders with --from")
+    store = BucketStore(args.buckets)
+    record, where = store.smallest_record(args.bucket), store.path
+    if record is None:
+        raise UsageError(f"bucket {args.bucket!r} not found in {where}")
+    why = record_problem(record, required=("route", "case"))
+    if why:
+        raise UsageError(f"bucket {args.bucket} in {where}: its record is unusable: {why}")
+    return _resolved_artifacts(args.bucket, record, where, run_folder_of), where
+
+
+def _resolved_artifacts(bucket: str, record: dict, where: str, run_of) -> dict:
+    """`record` with its artifact folders resolved inside their run folder (`run_of(value)`);
+    an existing folder outside one refuses the export: a bundle holds only what a run wrote."""
+    from torchsim_diff.results import ARTIFACT_FIELDS, UnsafeArtifacts, artifact_folder
+    resolved = {}
+    try:
+        for key in ARTIFACT_FIELDS:
+            value = record.get(key)
+            if value:
+                run = run_of(value)
+                if run is None and os.path.exists(value):
+                    raise UnsafeArtifacts(f"artifact folder {value!r} is not in a run folder's artifacts/; "
+                                          f"only files a run wrote go into a bundle")
+                resolved[key] = artifact_folder(value, run) if run else None
+    except UnsafeArtifacts as exc:
+        raise UsageError(f"bucket {bucket} in {where}: {exc}") from None
+    return {**record, **resolved}
+
+
+def _existing(paths, what: str, option: str) -> None:
+    """UsageError for the first of `paths` that does not exist."""
+    try:
+        opt.existing_paths(paths, what)
+    except opt.BadOption as exc:
+        raise UsageError(f"{option} {exc}") from None
 
 
 def _export_entry(args) -> int:
@@ -294,7 +447,7 @@ def cmd_kernel_replay(args) -> int:
     try:
         report = replay_artifact(args.artifact, executor=args.executor)
     except CaptureFormatError as exc:
-        raise UsageError(f"{args.artifact}: {exc}") from None
+        raise UsageError(str(exc) if str(exc).startswith(args.artifact) else f"{args.artifact}: {exc}") from None
     print(report.summary())
     return EXIT_CLEAN if report.ok else EXIT_FINDINGS
 
@@ -304,6 +457,15 @@ def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
     from torchsim_diff import report
     from torchsim_diff.results import find_results, read_all
+    kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
+             "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows,
+             "history": lambda _records: _history_rows(args.buckets)}
+    chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
+    for name in chosen:
+        if name not in kinds:
+            raise UsageError(f"--tables: {name!r} is not one of {', '.join(kinds)}")
+    if "history" in chosen:
+        _check_history(args.buckets)
     files = find_results(args.dirs)
     if not files:
         raise UsageError(f"no results*.jsonl found under {', '.join(args.dirs)}")
@@ -311,16 +473,9 @@ def cmd_table(args) -> int:
     if not records:
         raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
     _warn(log.summary())
-    kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
-             "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows,
-             "history": lambda _records: _history_rows(args.buckets)}
     if args.format == "html" and not args.tables:
         print(report.html_page(records))
         return EXIT_CLEAN
-    chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
-    for name in chosen:
-        if name not in kinds:
-            raise UsageError(f"--tables: {name!r} is not one of {', '.join(kinds)}")
     print("\n\n".join(report.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
 
@@ -331,7 +486,7 @@ def _history_rows(path: str) -> list:
     if not any(os.path.exists(p) for p in (store_path(path), legacy_path(path))):
         raise UsageError(f"no bucket history at {path}; pass --buckets PATH")
     return [{"bucket": bucket, "route": e["route"], "kind": e["kind"], "op": e["op"], "count": e["count"],
-             "first seen": e["first_seen"], "nodes": e["size"][0], "message": (e["message"] or "")[:80]}
+             "first seen": e["first_seen"], "nodes": e["size"][0], "message": str(e["message"] or "")[:80]}
             for bucket, e in BucketStore(path).buckets.items()]
 
 
@@ -360,7 +515,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=opt.out_folder, help="run folder (default: reports/run-<time>)")
     p.add_argument("--dtype", type=opt.fuzz_dtype, default="float32",
                    help="float32 (default), float16, bfloat16, int32, int64")
-    p.add_argument("--max-nodes", type=opt.positive_int, default=8)
+    p.add_argument("--max-nodes", type=opt.node_count, default=8,
+                   help=f"most nodes per graph, at most {opt.MAX_NODES} (default: 8)")
     p.add_argument("--families", type=opt.name_list, help="only ops of these families (comma-separated)")
     p.add_argument("--ops", type=opt.name_list, help="only these ops (comma-separated)")
     p.add_argument("--special-values", action="store_true", help="add NaN, Inf, -0.0, subnormals, huge values")
@@ -368,24 +524,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"seconds per case before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--route-option", action="append", metavar="ROUTE.KEY=VALUE",
                    help="route option, e.g. spike.vlen=512 (repeatable)")
-    p.add_argument("--repeat", type=opt.positive_int, default=1,
-                   help="run each case N times on the same inputs; differences are 'nondeterministic' (default: 1)")
+    p.add_argument("--repeat", type=opt.repeat_count, default=1,
+                   help=f"run each case N times (at most {opt.MAX_REPEAT}) on the same inputs; differences are "
+                        f"'nondeterministic' (default: 1)")
     p.add_argument("--buckets", default=DEFAULT_HISTORY,
                    help="bucket history shared by runs, to tell new findings (default: reports/buckets.sqlite; "
                         "'none' to keep none)")
-    p.add_argument("--known-bugs", default=os.path.join("corpora", "known"), metavar="DIR",
+    p.add_argument("--known-bugs", default=None, metavar="DIR",
                    help="known-bug corpus entries: failures in their buckets are recorded as known, neither "
                         "reduced nor new (default: corpora/known; 'none' for none)")
     p.add_argument("--no-reduce", action="store_true",
                    help="bucket failures as found instead of reducing each new one first")
-    p.add_argument("--reduce-budget", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--reduce-budget", type=opt.non_negative_seconds, default=60.0, metavar="SECONDS",
                    help="time to reduce one new failure before bucketing it (default: 60)")
     p.add_argument("--batch", type=opt.positive_int, default=1, metavar="N",
                    help="compile N cases together as one program (pays on inductor, whose cost is the C++ build); "
                         "failing cases are rerun alone, so verdicts stay per case (default: 1)")
     p.add_argument("--ray", metavar="ADDRESS",
                    help="run on a Ray cluster (its address, or 'local' to start one here); needs the [ray] extra")
-    p.add_argument("--shards", type=int, default=None,
+    p.add_argument("--shards", type=opt.positive_int, default=None,
                    help="with --ray: shards of the campaign, each with its own seed and budget; the same --seed "
                         "and --shards give the same cases on any cluster (default: one per CPU of the cluster)")
     p.set_defaults(func=cmd_fuzz)
@@ -403,7 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reduce", help="shrink a failing case while it fails in the same bucket on a route")
     p.add_argument("case", help="case JSON file or corpus entry")
     p.add_argument("--route", required=True, help="the route the case fails on")
-    p.add_argument("--output", "-o", help="where to write the reduced case (default: <out>/reduced.json)")
+    p.add_argument("--output", "-o", type=opt.output_file,
+                   help="where to write the reduced case (default: <out>/reduced.json)")
     p.add_argument("--out", type=opt.out_folder, help="folder for workers and artifacts (default: a temporary folder)")
     p.add_argument("--jobs", type=opt.positive_int, default=None,
                    help="cases checked in parallel (default: one per core)")
@@ -415,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="write the reproducer bundle of a bucket")
     p.add_argument("bucket", help="bucket id (from a bucket table), or a known entry corpora/known/X.json")
-    p.add_argument("--to", required=True, help="folder to write the bundle into")
+    p.add_argument("--to", required=True, type=opt.out_folder, help="folder to write the bundle into")
     p.add_argument("--all-shims", action="store_true",
                    help="triton: ship every interpreter shim instead of trying without each (faster)")
     p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
@@ -440,20 +598,50 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that the command ends the same
+    way: records kept, summary printed (exit 143 rather than 130)."""
+
+    signum = signal.SIGTERM
+
+
+def _on_sigterm(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)     # a second SIGTERM ends the process at once
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises Terminated in the main thread while the command runs (the handler
+    before is put back after: main() may be called in a process with its own)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv=None) -> int:
     bytecode.redirect_this_process()
     try:
-        args = build_parser().parse_args(argv)
-        return args.func(args)
+        with _sigterm_as_interrupt():
+            parser = build_parser()
+            parser.epilog = "\n".join(filter(None, [parser.epilog, EXIT_STATUS_HELP]))
+            args = parser.parse_args(argv)
+            return args.func(args)
     except UsageError as exc:
         sys.stderr.write(f"torchsim-diff: error: {exc}\n")
         return EXIT_USAGE
     except StorageError as exc:
         sys.stderr.write(f"torchsim-diff: error: {exc}\n")
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        sys.stderr.write("torchsim-diff: interrupted\n")
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, Terminated)
+        sys.stderr.write(f"torchsim-diff: {'terminated' if terminated else 'interrupted'}\n")
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except BrokenPipeError:                  # output piped into `head` and the like
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_CLEAN

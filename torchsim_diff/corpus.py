@@ -21,10 +21,13 @@ import json
 import os
 import tempfile
 
+from torchsim_diff import files
 from torchsim_diff.graph import Case, CaseError
 from torchsim_diff.validate import validate_case
 
 SEED, KNOWN = "seed", "known"
+# Entry fields besides the case; each is text when present.
+TEXT_FIELDS = ("route", "kind", "bucket", "signature", "note", "upstream", "first_op", "project", "message")
 
 
 class CorruptEntry(ValueError):
@@ -52,23 +55,30 @@ class Entry:
 
 
 def read_entry(path: str) -> Entry:
+    """The entry (or bare case file) at `path`: a regular file within files.CASE_FILE's cap."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CorruptEntry(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise CorruptEntry(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raw = files.read_json(path, files.CASE_FILE)
+    except files.UnreadableFile as exc:
+        reason = exc.reason if exc.reason.startswith("not valid JSON") else f"cannot read: {exc.reason}"
+        raise CorruptEntry(f"{path}: {reason}") from None
     if isinstance(raw, dict) and "nodes" in raw and "case" not in raw:
         raw = {"case": raw}                      # a bare case file replays like a seed entry
     if not isinstance(raw, dict) or "case" not in raw:
         raise CorruptEntry(f"{path}: an entry is an object with a 'case' field")
+    for key in TEXT_FIELDS:
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise CorruptEntry(f"{path}: {key}={_short(raw[key])} must be text (a JSON string)")
     try:
         case = validate_case(raw["case"])
     except CaseError as exc:
         raise CorruptEntry(f"{path}: {exc}") from None
     kind = KNOWN if raw.get("route") and raw.get("bucket") else SEED
     return Entry(path, kind, case, raw.get("route"), raw.get("bucket"), raw.get("kind"), raw.get("note", ""), raw)
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def iter_entries(paths):

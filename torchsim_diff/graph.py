@@ -17,6 +17,8 @@ import keyword
 
 from torchsim_diff import layout
 from torchsim_diff.ops import UnknownOp, get_op
+from torchsim_diff.ops.attrs import check_attrs
+from torchsim_diff.program_check import check_program
 
 SCHEMA = 1
 RESULT = "program"
@@ -52,6 +54,8 @@ class Case:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CaseError(f"case is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        except RecursionError:
+            raise CaseError("case JSON is nested too deeply to be a case") from None
         return cls.from_dict(data)
 
     @classmethod
@@ -106,7 +110,9 @@ class Case:
             lines.append(f"    {node['id']} = {spec.emit(list(node['args']), node.get('attrs', {}))}")
         outs = ", ".join(self.outputs)
         lines.append(f"    return ({outs}{',' if len(self.outputs) == 1 else ''})")
-        return "\n".join(lines) + "\n"
+        source = "\n".join(lines) + "\n"
+        check_program(source)       # a second line behind the attribute types: see program_check
+        return source
 
 
 def case_size(data: dict) -> tuple:
@@ -190,10 +196,16 @@ def _check_node(node, position: int, names: set) -> None:
           f"{where} needs id, op and args")
     _check_name(node["id"], where)
     _need(node["id"] not in names, f"{where}: id {node['id']!r} is already defined")
+    _need(isinstance(node["op"], str), f"{where}.op={node['op']!r} must be an op name")
     try:
-        get_op(node["op"])
+        spec = get_op(node["op"])
     except UnknownOp as exc:
         raise CaseError(f"{where}: {exc}") from None
+    _need(isinstance(node["args"], list) and all(isinstance(a, str) for a in node["args"]),
+          f"{where}.args={node['args']!r} must be a list of input or node names")
     for ref in node["args"]:
         _need(ref in names, f"{where}: argument {ref!r} is not defined before this node")
-    _need(isinstance(node.get("attrs", {}), dict), f"{where}.attrs must be an object")
+    attrs = node.get("attrs", {})
+    _need(isinstance(attrs, dict), f"{where}.attrs must be an object")
+    wrong = check_attrs(spec.signature, attrs)
+    _need(wrong is None, f"{where} ({node['op']}): {wrong}")

@@ -92,3 +92,58 @@ def out_folder(text: str) -> str:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise BadOption(f"{text!r} is not writable (no write permission on {parent!r}); pass another folder")
     return text
+
+
+def non_negative_seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more (nan would never end, inf never stop)."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise BadOption(f"{text!r} is not a number of seconds (e.g. 60)") from None
+    if not math.isfinite(value) or value < 0:
+        raise BadOption(f"{text!r} must be a finite number of seconds, 0 or more (e.g. 60)")
+    return value
+
+
+def capped_int(cap: int, what: str):
+    """positive_int with an upper bound: `what` names the unit in the message."""
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > cap:
+            raise BadOption(f"{_short(text)} is over the cap of {cap} {what}; pass 1 to {cap}")
+        return value
+    return parse
+
+
+# Runs of one case: each costs a full route run, and 100 already shows any nondeterminism
+# a campaign can afford to look for.
+MAX_REPEAT = 100
+# Nodes per graph: graphs shrink and read well small; a few hundred nodes take minutes to draw.
+MAX_NODES = 100
+repeat_count = capped_int(MAX_REPEAT, "runs per case")
+node_count = capped_int(MAX_NODES, "nodes per graph")
+
+
+def output_file(text: str) -> str:
+    """A file to write: not a folder, in a folder that exists or can be created."""
+    if not text:
+        raise BadOption("an empty file name; pass a path such as reduced.json")
+    if os.path.isdir(text):
+        raise BadOption(f"{text!r} is a folder, not a file; pass a file path such as "
+                        f"{os.path.join(text, 'reduced.json')!r}")
+    if os.path.lexists(text) and not os.path.isfile(text):
+        raise BadOption(f"{text!r} is not a regular file; pass a file path")
+    out_folder(os.path.dirname(text) or ".")
+    return text
+
+
+def existing_paths(paths, what: str) -> None:
+    """Raise BadOption for the first of `paths` that does not exist."""
+    for path in paths:
+        if not os.path.exists(path):
+            raise BadOption(f"{path}: no such {what}")
+
+
+def _short(text, limit: int = 40) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."

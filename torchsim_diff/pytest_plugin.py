@@ -19,13 +19,21 @@ merged tables at the end. A failing case raises its bucket's own exception type,
 Hypothesis shrinks each bug separately; a case in a known bucket (corpora/known) is
 recorded and not raised, and so is one in a bucket that another item raises already
 (torchsim_diff.claims): one bug ends one item, not every item that meets it.
+
+Faults are survived: a case whose route worker was killed from outside is recorded as
+`tool_error` and skipped, never raised (worker.client.RouteWorker.collect). In a fuzz run
+(--routes given, as scripts/fuzz.sh does) SIGTERM ends the session as Ctrl-C does: pytest
+reports it interrupted (exit 2) after the torchsim-diff report, with every record kept, and
+the route workers are killed rather than waited for.
 """
 from __future__ import annotations
 
 import concurrent.futures
 import os
 import random
+import signal
 import sys
+import threading
 import time
 import zlib
 
@@ -188,6 +196,7 @@ class FuzzSession:
         self._item: str | None = None            # the fuzz item running in this process
         self._claims = None
         self._progress = None
+        self._sigterm = None                     # the SIGTERM handler _take_sigterm replaced
         self.op_figures = OpFigures()
 
     def _choose_seed(self, given_seed):
@@ -353,18 +362,27 @@ class FuzzSession:
     def pytest_sessionstart(self, session):
         if getattr(self.config, "workerinput", None) is not None:
             return
+        if self.explicit_routes:
+            self._sigterm = _take_sigterm()
         from torchsim_diff.progress import Board, Display, ProgressThread
         start = self.budget.start if self.budget else time.time()
         board = Board(start, self.budget.end if self.budget else None, self._history_buckets(), self.known)
         self._progress = ProgressThread(self.report_dir, board, Display(_terminal_stream()))
         self._progress.start()
 
-    def pytest_sessionfinish(self, session):
+    def pytest_sessionfinish(self, session, exitstatus):
         if self._checker is not None:
-            self._reduce_then_bucket()
+            if exitstatus == pytest.ExitCode.INTERRUPTED:
+                self._checker.stop()              # the case in flight is not waited for, nor reduced
+            else:
+                self._reduce_then_bucket()
             self._checker.close()
         if self._writer is not None:
             self._writer.close()
+
+    def pytest_unconfigure(self, config):
+        if self._sigterm is not None:
+            signal.signal(signal.SIGTERM, self._sigterm)
 
     def pytest_terminal_summary(self, terminalreporter):
         if getattr(self.config, "workerinput", None):
@@ -417,6 +435,24 @@ class FuzzSession:
                 store.add(record)
         store.save()
         return store.new
+
+
+def _take_sigterm():
+    """Make SIGTERM raise KeyboardInterrupt in the main thread, so that pytest ends the session
+    as after Ctrl-C (terminal summary, our report) instead of dying without a word. Returns
+    the handler replaced, or None where SIGTERM is left alone (another handler is set, or
+    this is not the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+    signal.signal(signal.SIGTERM, _sigterm_interrupts)
+    return signal.SIG_DFL
+
+
+def _sigterm_interrupts(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)     # a second SIGTERM ends the process at once
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 
 def _budget_option(text):

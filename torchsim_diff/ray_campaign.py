@@ -23,6 +23,7 @@ import hashlib
 import io
 import os
 import shutil
+import signal
 import socket
 import sys
 import tarfile
@@ -42,6 +43,19 @@ INSTALL_HINT = "pip install 'torchsim-diff[ray]'"
 # How long the driver waits for a first actor when none is running (starting one imports torch
 # and sets a route up, which takes minutes on a loaded machine).
 ACTOR_START_TIMEOUT_S = 600
+# How long the driver tries to reach the cluster's address before saying it cannot: ray.init
+# on an address nobody answers retries for about twenty minutes, printing as it goes.
+CONNECT_TIMEOUT_S = 10.0
+CLOSE_TIMEOUT_S = 60.0         # for the actors to close their route workers at the end
+
+
+def step_timeout_s(opts: CampaignOptions) -> float:
+    """How long an actor may take over one case on every route before it counts as lost and
+    its shard goes to another actor (a node frozen but not yet declared dead): a fresh
+    worker's start-up, then per route the case, a re-run after a kill, its per-op run, a
+    second size and the reduction of a new failure, with room to spare."""
+    from torchsim_diff.worker.client import STARTUP_TIMEOUT_S
+    return STARTUP_TIMEOUT_S + len(opts.routes) * (5 * opts.timeout_s + 2 * opts.reduce_budget_s)
 
 
 @dataclasses.dataclass
@@ -215,7 +229,7 @@ class Driver:
             record["node"] = node
             self.writer.write(record)
             self.result.records.append(record)
-            if record["status"] == Status.SKIPPED.value:
+            if record["status"] == Status.SKIPPED.value and not record.get("kind"):   # not a killed worker's
                 self.result.unavailable.setdefault(record["route"], record["message"])
             if self.store is not None and is_new_failure(record) and self.store.add(record):
                 self.store.save()
@@ -230,16 +244,54 @@ def run_ray_campaign(opts: CampaignOptions, address: str, shards: int | None = N
     another cluster)."""
     ray = _import_ray()
     if not ray.is_initialized():
-        try:
-            local = {"include_dashboard": False} if address == "local" else {}
-            ray.init(address=address, logging_level="WARNING", log_to_driver=False, **local)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise RayUnavailable(f"--ray {address}: cannot join the cluster: {exc}") from None
+        _join(ray, address)
     slots = int(ray.cluster_resources().get("CPU", 0))
     if slots < 1:
         raise RayUnavailable(f"--ray {address}: the cluster has no CPU for actors")
     plan = plan_shards(opts.seed, opts.max_examples, shards or slots)
     return _with_outputs(opts, lambda driver: _dispatch(ray, opts, plan, slots, driver))
+
+
+def _join(ray, address: str) -> None:
+    """ray.init on `address`, once its head answers within CONNECT_TIMEOUT_S. ray.init sets
+    its own SIGTERM handler (sys.exit): the one in place before (the command's, which ends a
+    campaign with its summary) is put back."""
+    if address not in ("local", "auto"):
+        _reachable_or_raise(address)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        local = {"include_dashboard": False} if address == "local" else {}
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False, **local)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise RayUnavailable(f"--ray {address}: cannot join the cluster: {exc}") from None
+    finally:
+        if handler is not None and signal.getsignal(signal.SIGTERM) is not handler:
+            try:
+                signal.signal(signal.SIGTERM, handler)
+            except ValueError:            # not the main thread: ray.init set none either
+                pass
+
+
+def _reachable_or_raise(address: str) -> None:
+    """RayUnavailable unless something accepts a connection at the address ray.init will
+    use (Ray maps a loopback host to this node's address) within CONNECT_TIMEOUT_S."""
+    target = address.split("://", 1)[-1]
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+        target = canonicalize_bootstrap_address(target) or target
+    except ImportError:
+        pass                              # Ray's private helper moved: the address as given
+    except ValueError as exc:
+        raise RayUnavailable(f"--ray {address}: {exc} (expected HOST:PORT, 'local' or 'auto')") from None
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnavailable(f"--ray {address}: expected HOST:PORT (e.g. 10.0.0.1:6379), 'local' or 'auto'")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise RayUnavailable(f"--ray {address}: cannot reach the cluster's head at {host}:{port} within "
+                             f"{CONNECT_TIMEOUT_S:g} s ({exc.strerror or exc}); is `ray start --head` "
+                             f"running there?") from None
 
 
 def run_shards_here(opts: CampaignOptions, shards: int) -> RayCampaignResult:
@@ -270,8 +322,8 @@ def _with_outputs(opts: CampaignOptions, run) -> RayCampaignResult:
         driver = Driver(opts, writer, store, progress)
         try:
             run(driver)
-        except KeyboardInterrupt:
-            driver.result.interrupted = True
+        except KeyboardInterrupt as exc:
+            driver.result.interrupt(exc)
         progress.update(driver.result, force=True)
     result = driver.result
     if store is not None:
@@ -287,27 +339,47 @@ def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver
 
     An actor gets its first shard once it has started. The cluster's CPU count can still
     include a node that just died, so an actor may never be placed: it holds no shard, and
-    is dropped when the work is done (or, when no actor starts at all, the campaign stops)."""
+    is dropped when the work is done (or, when no actor starts at all, the campaign stops).
+    An actor that does not answer a step within step_timeout_s is lost like one whose node
+    died."""
     remote_runner = ray.remote(num_cpus=1, max_restarts=0)(ShardRunner)
     queue = collections.deque(plan)
     position = {shard.index: 0 for shard in plan}
     starting = {actor.node.remote(): actor for actor in
                 (remote_runner.remote(opts) for _ in range(min(slots, len(plan))))}
-    nodes, inflight = {}, {}
+    nodes, inflight, deadlines = {}, {}, {}
     budget = _budget(opts)
+    step_limit = step_timeout_s(opts)
+
+    def hand_out(actor, shard):
+        ref = actor.step.remote(shard, position[shard.index])
+        inflight[ref], deadlines[ref] = (actor, shard), time.monotonic() + step_limit
 
     def give(actor):
         if queue:
-            shard = queue.popleft()
-            inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
+            hand_out(actor, queue.popleft())
+
+    def requeue(actor, shard, why: str):
+        _lose(ray, actor, shard, position[shard.index], nodes.pop(actor), driver, why)
+        queue.appendleft(shard)
+        busy = {id(a) for a, _ in inflight.values()}
+        for idle in [a for a in nodes if id(a) not in busy]:
+            give(idle)
 
     while inflight or (queue and starting):
         waiting_for_starts_only = not inflight
-        ready, _ = ray.wait([*inflight, *starting], num_returns=1,
-                            timeout=ACTOR_START_TIMEOUT_S if waiting_for_starts_only else None)
-        if not ready:
+        next_deadline = min(deadlines.values(), default=0.0)
+        wait_s = ACTOR_START_TIMEOUT_S if waiting_for_starts_only else max(next_deadline - time.monotonic(), 0.0)
+        ready, _ = ray.wait([*inflight, *starting], num_returns=1, timeout=wait_s)
+        if not ready and waiting_for_starts_only:
             raise RayUnavailable(f"no actor started within {ACTOR_START_TIMEOUT_S} s; the campaign stops "
                                  f"with what it has")
+        if not ready:
+            for ref in [r for r, end in deadlines.items() if end <= time.monotonic()]:
+                actor, shard = inflight.pop(ref)
+                del deadlines[ref]
+                requeue(actor, shard, f"no answer within {step_limit:g} s")
+            continue
         if ready[0] in starting:
             actor = starting.pop(ready[0])
             try:
@@ -317,14 +389,11 @@ def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver
             give(actor)
             continue
         actor, shard = inflight.pop(ready[0])
+        del deadlines[ready[0]]
         try:
             records = ray.get(ready[0])
         except ray.exceptions.RayActorError as exc:
-            _lose(ray, actor, shard, position[shard.index], nodes.pop(actor), driver, exc)
-            queue.appendleft(shard)
-            busy = {id(a) for a, _ in inflight.values()}
-            for idle in [a for a in nodes if id(a) not in busy]:
-                give(idle)
+            requeue(actor, shard, type(exc).__name__)
             continue
         if records is None:
             give(actor)
@@ -334,13 +403,22 @@ def _dispatch(ray, opts: CampaignOptions, plan: list, slots: int, driver: Driver
         if _spent(budget):
             queue.clear()        # the cases in flight on other actors still finish and are kept
             continue
-        inflight[actor.step.remote(shard, position[shard.index])] = (actor, shard)
+        hand_out(actor, shard)
     if queue:
         raise RayUnavailable("every actor was lost; the campaign stops with what it has")
     _note_budget(driver, budget)
     for never_started in starting.values():
         ray.kill(never_started)
-    ray.get([actor.close.remote() for actor in nodes])
+    _close(ray, list(nodes))
+
+
+def _close(ray, actors: list) -> None:
+    """Let each actor close its route workers, for at most CLOSE_TIMEOUT_S; then kill them."""
+    try:
+        ray.get([actor.close.remote() for actor in actors], timeout=CLOSE_TIMEOUT_S)
+    except (ray.exceptions.GetTimeoutError, ray.exceptions.RayActorError):
+        for actor in actors:
+            ray.kill(actor)
 
 
 def _budget(opts: CampaignOptions):
@@ -359,9 +437,9 @@ def _note_budget(driver: Driver, budget) -> None:
                                    f"{driver.opts.max_examples} cases; the rest of the shards were not drawn")
 
 
-def _lose(ray, actor, shard: Shard, done: int, node: str, driver: Driver, exc) -> None:
+def _lose(ray, actor, shard: Shard, done: int, node: str, driver: Driver, why: str) -> None:
     note = (f"shard {shard.index} rerun on another node from its case {done} "
-            f"(node {node} lost: {type(exc).__name__})")
+            f"(node {node} lost: {why})")
     driver.result.notes.append(note)
     sys.stderr.write(note + "\n")
     ray.kill(actor)

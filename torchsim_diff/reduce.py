@@ -30,6 +30,7 @@ from torchsim_diff.check import Checker
 from torchsim_diff.graph import Case, CaseError
 from torchsim_diff.kinds import Kind
 from torchsim_diff.ops import get_op
+from torchsim_diff.program_check import eval_expression, load_program
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
 # Value domain an operand position needs (op name -> {position: domain}); others take "real".
@@ -233,7 +234,7 @@ def meta_results(case: Case) -> dict:
         env[spec["name"]] = storage.as_strided(spec["shape"], lay["strides"], lay["offset"])
     for node in case.nodes:
         expr = get_op(node["op"]).emit(list(node["args"]), node.get("attrs", {}))
-        env[node["id"]] = eval(expr, {"torch": torch, **env})  # noqa: S307 - our own emitted code
+        env[node["id"]] = eval_expression(expr, {"torch": torch, **env})
     return env
 
 
@@ -242,9 +243,7 @@ def _is_valid(case: Case) -> bool:
     try:
         Case.from_dict(case.to_dict())
         meta_results(case)
-        namespace: dict = {}
-        exec(compile(case.program_source(), "<reduce candidate>", "exec"), namespace)  # noqa: S102
-        namespace["program"](*layout.materialize_all(case.to_dict()))
+        load_program(case.program_source())(*layout.materialize_all(case.to_dict()))
     except Exception:  # noqa: BLE001 - any rejection by torch makes the candidate invalid
         return False
     return True
@@ -386,8 +385,8 @@ INPLACE_OPS = ("add_", "mul_")     # pointwise writes of one operand (attributes
 
 
 def _canonical_ops(case: Case):
-    """Each node with its op replaced by a simpler one of the same arity (attributes kept
-    within the matmul and reduction families, dropped for pointwise ops)."""
+    """Each node with its op replaced by a simpler one of the same arity (attributes the
+    simpler op declares kept within the matmul and reduction families, dropped for pointwise ops)."""
     for position, node in enumerate(case.nodes):
         spec = get_op(node["op"])
         simpler = list(CANONICAL_OPS.get(len(node["args"]), ()))
@@ -400,7 +399,8 @@ def _canonical_ops(case: Case):
         for name in simpler[: simpler.index(node["op"]) if node["op"] in simpler else None]:
             data = case.to_dict()
             keep = get_op(name).family == spec.family and spec.family != "pointwise"
-            attrs = dict(node.get("attrs", {})) if keep else {}
+            declared = get_op(name).signature
+            attrs = {k: v for k, v in node.get("attrs", {}).items() if keep and k in declared}
             if spec.mutates:
                 attrs = {"view": node.get("attrs", {}).get("view")}
             data["nodes"][position] = {**node, "op": name, "attrs": attrs}
@@ -641,7 +641,13 @@ class Refiner:
         key = f"{verdict.route}|{verdict.case.case_id}"
         found = self.by_case.get(key) or self.by_raw.get(raw)
         if found is None:
-            found = self._reduce_and_classify(verdict)
+            try:
+                found = self._reduce_and_classify(verdict)
+            except ReduceError as exc:
+                # Run again, the case no longer fails (a flaky failure, or one whose worker was
+                # killed from outside): kept as found, in its raw bucket, and the run goes on.
+                # Not cached: a later failure in the bucket may reproduce and be reduced.
+                return {"reduce_error": str(exc)}
             self.by_case[key] = self.by_raw[raw] = found
             _save_cache(self.cache_path, self.by_case)
         verdict.refined = found["signature"]

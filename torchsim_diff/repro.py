@@ -28,6 +28,7 @@ import sys
 
 from torchsim_diff import adapter_repro, layout, values
 from torchsim_diff.graph import Case, CaseError
+from torchsim_diff.script_text import check_script, docstring
 
 INLINE_ELEMENTS = 64          # larger storages go to inputs.pt instead of repro.py
 SHOWN = 8                     # outputs up to this size print whole; larger ones their first differing elements
@@ -230,12 +231,14 @@ def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool
     host = runs_on_host(record, case)
     env, setup = HOST_SETUP if host else ROUTE_SETUP.get(route, ("", None))
     import_only = route in IMPORT_ONLY and not host
-    head = [f'"""{title(record, case)}']
+    head = [title(record, case)]
     head += [f"Known bug: {note}"] if note else []
     head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
-             f"{TOOLCHAIN.get(route) or _HARNESS_TOOLCHAIN.format(route=route)} missing.\"\"\""]
+             f"{TOOLCHAIN.get(route) or _HARNESS_TOOLCHAIN.format(route=route)} missing."]
+    doc = "\n".join(head)
     if setup is None:
-        return "\n".join(head) + "\n" + _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S, run_dir=HARNESS_RUN_DIR)
+        script = _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S, run_dir=HARNESS_RUN_DIR)
+        return check_script(docstring(doc) + "\n" + script, doc)
     imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
                "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
@@ -246,8 +249,8 @@ def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool
         body.append(setup + "\n")
     else:
         body.append(setup + "\n" + _run_source(case, record.get("kind")))
-    text = "\n".join(head) + "\n" + "\n".join(x for x in imports if x) + "\n\n\n" + "\n\n".join(body)
-    return text.rstrip("\n") + "\n"
+    text = docstring(doc) + "\n" + "\n".join(x for x in imports if x) + "\n\n\n" + "\n\n".join(body)
+    return check_script(text.rstrip("\n") + "\n", doc)
 
 
 def first_op(record: dict, case: Case) -> str | None:
@@ -311,7 +314,7 @@ def _number(v) -> str:
         return repr(v)
     if isinstance(v, float) and not math.isfinite(v):
         return f'float("{v}")'
-    if isinstance(v, float) and v.is_integer():
+    if isinstance(v, float) and v.is_integer() and math.copysign(1.0, v) > 0:   # -0.0 keeps its sign
         return str(int(v)) + "."
     return repr(v)
 
@@ -497,6 +500,10 @@ def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None,
     case = _case_of(record)
     if not record.get("route"):
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
+    from torchsim_diff.routes import route_names
+    if not isinstance(record["route"], str) or record["route"] not in route_names():
+        raise BundleError(f"record's route {str(record['route'])[:60]!r} is not a route of this torchsim-diff "
+                          f"({', '.join(route_names())})")
     record = script_record(record)
     route = record["route"]
     os.makedirs(to_dir, exist_ok=True)
@@ -574,8 +581,9 @@ def entry_record(entry) -> dict:
 def _case_of(record: dict) -> Case:
     if not isinstance(record, dict) or "case" not in record:
         raise BundleError("record has no 'case'; pass a results.jsonl record (Verdict.record())")
-    try:
-        return without_unused_inputs(Case.from_dict(record.get("reduced_case") or record["case"]))
+    from torchsim_diff.validate import validate_case
+    try:   # records come from files: both the case and the reduced case are checked whole
+        return without_unused_inputs(validate_case(record.get("reduced_case") or record["case"]))
     except CaseError as exc:
         raise BundleError(f"record's case is invalid: {exc}") from None
 
@@ -607,10 +615,31 @@ def _write_text(path: str, text: str) -> None:
 
 
 def _copy_artifacts(source: str | None, target: str) -> list:
+    """Copy the artifact folder `source` into `target`; the files copied, relative to the bundle.
+
+    Only regular files and folders travel: a symlink is followed only where it stays inside
+    `source`, and FIFOs, devices and sockets are left out, so a bundle holds what the run wrote
+    and nothing it merely points at (and copying never blocks on a FIFO)."""
     if not source or not os.path.isdir(source):
         return []
-    shutil.copytree(source, target, dirs_exist_ok=True)
+    root = os.path.realpath(source)
+    for folder, _dirs, names in os.walk(root):        # symlinked folders are listed, not entered
+        for name in names:
+            path = os.path.realpath(os.path.join(folder, name))
+            if not path.startswith(root + os.sep) or not _regular(path):
+                continue
+            destination = os.path.join(target, os.path.relpath(os.path.join(folder, name), root))
+            os.makedirs(os.path.dirname(destination), exist_ok=True)
+            shutil.copyfile(path, destination)
     return _files_under(target, os.path.dirname(target))
+
+
+def _regular(path: str) -> bool:
+    import stat
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _files_under(folder: str, start: str) -> list:

@@ -174,11 +174,11 @@ def _strides(old_shape, shape, old_strides) -> list:
 def _eager_runs(case: Case) -> bool:
     """Eager runs the resized program (index ranges, unique indices and shapes still fit)."""
     import torch
-    namespace: dict = {}
-    exec(compile(case.program_source(), "<torchsim-diff program>", "exec"), namespace)
+    from torchsim_diff.program_check import load_program
+    program = load_program(case.program_source())
     try:
         with torch.no_grad():
-            namespace["program"](*layout.materialize_all(case.to_dict()))
+            program(*layout.materialize_all(case.to_dict()))
     except Exception:  # noqa: BLE001 - any rejection means this size is not valid for the graph
         return False
     return True

@@ -5,24 +5,60 @@ or a compiler "finding".
 
     >>> case = validate_case(json.loads(text))      # raises InvalidCase naming the bad field
 
-Arity and attributes are checked by the op itself: its `emit` must accept the node's
-attributes and the emitted call must run on meta tensors of the input layouts (the same
-rule the generator infers shapes by), so no per-op table can drift from the registry.
+Attributes are checked against the op's declared signature (`ops.attrs`) before any
+program text is written; arity and shapes by the op itself: the emitted call must run on
+meta tensors of the input layouts (the same rule the generator infers shapes by).
+
+Size limits keep a case a compiler test rather than a resource test: inputs, nodes, rank,
+elements per storage and per view, and the bytes of every input view and every node result
+together (broadcast views count at their full size, since ops materialise them). The byte
+cap defaults to a sixteenth of this machine's memory (eager, float64 and the route each hold
+a copy) and is set with TORCHSIM_DIFF_MAX_CASE_BYTES.
 """
 from __future__ import annotations
 
 import binascii
+import dataclasses
 import keyword
+import os
 
 from torchsim_diff import layout, values
 from torchsim_diff.graph import RESULT, SCHEMA, Case, CaseError
 from torchsim_diff.ops import UnknownOp, get_op
+from torchsim_diff.ops.attrs import INT_LIMIT, check_attrs
+from torchsim_diff.program_check import ProgramRejected, eval_expression
 
 # Largest storage one input may have. Generated cases stay far below; 2^24 elements is
 # 64 MiB of float32, beyond which a "case" is a resource test, not a compiler test.
 MAX_STORAGE_ELEMENTS = 2**24
 MAX_RANK = 8
 MAX_SEED = 2**63
+MAX_CASE_BYTES_ENV = "TORCHSIM_DIFF_MAX_CASE_BYTES"
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """How large a case may be (see the module docstring)."""
+
+    inputs: int = 256
+    nodes: int = 512
+    rank: int = MAX_RANK
+    view_elements: int = 2**28
+    case_bytes: int = 2**30
+
+    @classmethod
+    def for_this_machine(cls) -> "Limits":
+        """Defaults, with the byte cap from TORCHSIM_DIFF_MAX_CASE_BYTES or this machine's memory."""
+        chosen = os.environ.get(MAX_CASE_BYTES_ENV)
+        if chosen is not None:
+            if not chosen.isdigit() or int(chosen) < 1:
+                raise InvalidCase(f"{MAX_CASE_BYTES_ENV}={chosen!r} must be a positive number of bytes")
+            return cls(case_bytes=int(chosen))
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            return cls()
+        return cls(case_bytes=max(memory // 16, 2**26))
 DOMAINS = tuple(values.FLOAT_RANGES) + ("index", "unique_index", "bool")
 
 
@@ -30,10 +66,15 @@ class InvalidCase(CaseError):
     """A case that cannot be run as given; the message names the field and the problem."""
 
 
-def validate_case(data, *, max_elements: int = MAX_STORAGE_ELEMENTS) -> Case:
+def validate_case(data, *, max_elements: int = MAX_STORAGE_ELEMENTS, limits: Limits | None = None) -> Case:
     """The Case `data` describes, or InvalidCase with the first reason it cannot be one."""
+    limits = limits or Limits.for_this_machine()
     _need(isinstance(data, dict), f"a case is a JSON object, got {type(data).__name__}")
     _check_top(data)
+    _need(len(data["inputs"]) <= limits.inputs, f"the case has {len(data['inputs'])} inputs, over the limit of "
+                                                f"{limits.inputs}")
+    _need(len(data["nodes"]) <= limits.nodes, f"the case has {len(data['nodes'])} nodes, over the limit of "
+                                              f"{limits.nodes}")
     names: dict = {}
     for position, spec in enumerate(data["inputs"]):
         _check_input(spec, f"inputs[{position}]", max_elements)
@@ -44,7 +85,7 @@ def validate_case(data, *, max_elements: int = MAX_STORAGE_ELEMENTS) -> Case:
         names[node["id"]] = node
     for position, ref in enumerate(data["outputs"]):
         _need(isinstance(ref, str) and ref in names, f"outputs[{position}]={ref!r} names no input or node")
-    _run_on_meta(data)
+    _run_on_meta(data, limits)
     try:
         return Case.from_dict(data)
     except CaseError as exc:
@@ -62,7 +103,7 @@ def _is_int(value) -> bool:
 
 
 def _int_list(value) -> bool:
-    return isinstance(value, list) and all(_is_int(v) and v >= 0 for v in value)
+    return isinstance(value, list) and all(_is_int(v) and 0 <= v <= INT_LIMIT for v in value)
 
 
 def _check_top(data: dict) -> None:
@@ -163,16 +204,21 @@ def _check_node(node, where: str, names: dict) -> None:
           f"{where}.args={args!r} must be a list of input or node names")
     for ref in args:
         _need(ref in names, f"{where}: argument {ref!r} is not defined before this node")
-    _need(isinstance(node.get("attrs", {}), dict), f"{where}.attrs must be an object")
+    attrs = node.get("attrs", {})
+    _need(isinstance(attrs, dict), f"{where}.attrs must be an object")
+    wrong = check_attrs(get_op(node["op"]).signature, attrs)
+    _need(wrong is None, f"{where} ({node['op']}): {wrong}")
 
 
 # -- arity and attributes: the op's own code on meta tensors --------------------------------
-def _run_on_meta(data: dict) -> None:
+def _run_on_meta(data: dict, limits: Limits) -> None:
     import torch
     env = {}
-    for spec in data["inputs"]:
+    total = _Bytes(limits)
+    for position, spec in enumerate(data["inputs"]):
         lay = spec["layout"]
         storage = torch.empty(lay["storage_size"], dtype=layout.dtype_of(spec["dtype"]), device="meta")
+        total.add(f"inputs[{position}]", spec["shape"], storage.element_size())
         env[spec["name"]] = storage.as_strided(spec["shape"], lay["strides"], lay["offset"])
     for position, node in enumerate(data["nodes"]):
         where = f"nodes[{position}] ({node['op']})"
@@ -182,8 +228,40 @@ def _run_on_meta(data: dict) -> None:
             raise InvalidCase(f"{where}: attrs={node.get('attrs', {})!r} do not fit the op "
                               f"({type(exc).__name__}: {exc})") from None
         try:
-            env[node["id"]] = eval(expr, {"torch": torch, **env})  # noqa: S307 - emitted by our own op registry
+            env[node["id"]] = eval_expression(expr, {"torch": torch, **env})
+        except ProgramRejected as exc:
+            raise InvalidCase(f"{where}: its program text is refused: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - torch rejects the call: wrong arity, attribute or shape
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise InvalidCase(f"{where}: torch rejects `{expr}` for these inputs ({type(exc).__name__}: "
                               f"{first[:300]})") from None
+        for result in _tensors(env[node["id"]]):
+            total.add(where, list(result.shape), result.element_size())
+
+
+def _tensors(value) -> list:
+    import torch
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [v for v in value if isinstance(v, torch.Tensor)] if isinstance(value, (tuple, list)) else []
+
+
+class _Bytes:
+    """The running total of a case's tensor bytes, checked against its limits as it grows."""
+
+    def __init__(self, limits: Limits):
+        self.limits, self.total = limits, 0
+
+    def add(self, where: str, shape: list, itemsize: int) -> None:
+        _need(len(shape) <= 2 * self.limits.rank, f"{where}: rank {len(shape)} is over the limit of "
+                                                  f"{2 * self.limits.rank}")
+        elements = 1
+        for size in shape:
+            elements *= size
+        _need(elements <= self.limits.view_elements,
+              f"{where}: {elements} elements (shape {list(shape)}) is over the limit of "
+              f"{self.limits.view_elements} per tensor; shrink the case")
+        self.total += elements * itemsize
+        _need(self.total <= self.limits.case_bytes,
+              f"{where}: the case's tensors reach {self.total} bytes, over the limit of {self.limits.case_bytes} "
+              f"(set {MAX_CASE_BYTES_ENV} to change it)")

@@ -64,6 +64,7 @@ import re
 
 import torch
 
+from torchsim_diff import files
 from torchsim_diff.layout import dtype_name
 
 FORMAT = "torchsim-diff.kernel-capture"
@@ -259,17 +260,103 @@ class CaptureFormatError(ValueError):
     """A folder or file that is not a kernel capture of a schema we read."""
 
 
-def _read_json(path: str, expected_format: str) -> dict:
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except FileNotFoundError:
+def _read_json(path: str, expected_format: str, cap: files.Cap) -> dict:
+    """The JSON object at `path` in `expected_format`, read under `cap` (files.read_json)."""
+    if not os.path.lexists(path):
         raise CaptureFormatError(f"{path} does not exist; pass a capture folder (with {INDEX_FILE}) "
-                                 f"or a launch folder (with {LAUNCH_FILE})") from None
+                                 f"or a launch folder (with {LAUNCH_FILE})")
+    try:
+        data = files.read_json(path, cap)
+    except files.UnreadableFile as exc:
+        raise CaptureFormatError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise CaptureFormatError(f"{path} holds {type(data).__name__} JSON; expected an object "
+                                 f"with format={expected_format!r}")
     if data.get("format") != expected_format or data.get("schema") != SCHEMA:
         raise CaptureFormatError(f"{path} has format={data.get('format')!r} schema={data.get('schema')!r}; "
                                  f"expected format={expected_format!r} schema={SCHEMA}")
     return data
+
+
+def _field(path: str, name: str, value, ok: bool, expected: str) -> None:
+    if not ok:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise CaptureFormatError(f"{path}: {name}={shown} must be {expected}")
+
+
+def _is_int(value, low: int | None = None) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and (low is None or value >= low)
+
+
+def _inside_folder(path: str, folder: str, rel) -> bool:
+    """Whether the relative file name `rel` stays inside `folder` (no absolute path, `..`
+    or symlink out of it)."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+        return False
+    root = os.path.realpath(folder)
+    return os.path.realpath(os.path.join(folder, rel)).startswith(root + os.sep)
+
+
+def check_launch(meta: dict, path: str, folder: str) -> None:
+    """Every field a replay reads, of the type it needs; CaptureFormatError names the first
+    that is not (the format is in the module docstring)."""
+    _field(path, "kernel_name", meta.get("kernel_name"),
+           isinstance(meta.get("kernel_name"), str) and meta["kernel_name"].isidentifier(), "a Python identifier")
+    _field(path, "source", meta.get("source"), _inside_folder(path, folder, meta.get("source")),
+           "a file name inside the launch folder (e.g. 'kernel.py')")
+    try:
+        files.check_regular(os.path.join(folder, meta["source"]), files.KERNEL_SOURCE)
+    except files.UnreadableFile as exc:
+        raise CaptureFormatError(str(exc)) from None
+    grid = meta.get("grid")
+    _field(path, "grid", grid, isinstance(grid, list) and 1 <= len(grid) <= 3 and all(_is_int(g, 0) for g in grid),
+           "a list of 1 to 3 non-negative integers")
+    for name in ("constexprs", "numels", "launch_options", "signature"):
+        value = meta.get(name, {})
+        _field(path, name, value, isinstance(value, dict) and all(isinstance(k, str) for k in value), "an object")
+    buffers = meta.get("buffers")
+    _field(path, "buffers", buffers, isinstance(buffers, dict) and all(isinstance(v, dict) for v in buffers.values()),
+           "an object of buffer objects")
+    for buf, info in buffers.items():
+        _field(path, f"buffers.{buf}.dtype", info.get("dtype"), isinstance(info.get("dtype"), str), "a dtype name")
+        torch_dtype(info["dtype"])
+        for which in ("before", "after"):
+            rel = info.get(which)
+            _field(path, f"buffers.{buf}.{which}", rel, rel is None or _inside_folder(path, folder, rel),
+                   "null or a file name inside the launch folder")
+            if rel is not None:
+                try:
+                    files.check_regular(os.path.join(folder, rel), files.KERNEL_BUFFER)
+                except files.UnreadableFile as exc:
+                    raise CaptureFormatError(str(exc)) from None
+    args = meta.get("args")
+    _field(path, "args", args, isinstance(args, list) and all(isinstance(a, dict) for a in args),
+           "a list of argument objects")
+    for k, arg in enumerate(args):
+        _check_arg(f"{path}: args[{k}]", arg, buffers)
+    exact = meta.get("bit_exact_with", [])
+    _field(path, "bit_exact_with", exact, isinstance(exact, list) and all(isinstance(e, str) for e in exact),
+           "a list of executor names")
+
+
+def _check_arg(where: str, arg: dict, buffers: dict) -> None:
+    def field(name, ok, expected):
+        if not ok:
+            raise CaptureFormatError(f"{where}.{name}={arg.get(name)!r:.60} must be {expected}")
+    field("kind", arg.get("kind") in ("tensor", "scalar"), "'tensor' or 'scalar'")
+    if arg["kind"] == "scalar":
+        value = arg.get("value")
+        field("value", not isinstance(value, (list, dict)), "a number, text, a boolean or null")
+        return
+    field("buffer", isinstance(arg.get("buffer"), str) and arg["buffer"] in buffers, "one of the buffers")
+    field("dtype", isinstance(arg.get("dtype"), str), "a dtype name")
+    torch_dtype(arg["dtype"])
+    size, stride = arg.get("size"), arg.get("stride")
+    field("size", isinstance(size, list) and all(_is_int(s, 0) for s in size), "a list of non-negative integers")
+    field("stride", isinstance(stride, list) and len(stride) == len(size) and all(_is_int(s) for s in stride),
+          "a list of integers, one per size")
+    field("storage_offset", _is_int(arg.get("storage_offset"), 0), "a non-negative integer")
 
 
 def find_capture(path: str) -> str:
@@ -290,8 +377,13 @@ def launch_folders(path: str) -> list[str]:
     if os.path.exists(os.path.join(path, LAUNCH_FILE)):
         return [path]
     capture = find_capture(path)
-    index = _read_json(os.path.join(capture, INDEX_FILE), FORMAT)
-    return [os.path.join(capture, name) for name in index["launches"]]
+    index_path = os.path.join(capture, INDEX_FILE)
+    index = _read_json(index_path, FORMAT, files.CAPTURE_INDEX)
+    launches = index.get("launches")
+    _field(index_path, "launches", launches, isinstance(launches, list)
+           and all(isinstance(n, str) and n not in ("", ".", "..") and os.sep not in n for n in launches),
+           "a list of launch folder names")
+    return [os.path.join(capture, name) for name in launches]
 
 
 class CapturedLaunch:
@@ -299,7 +391,9 @@ class CapturedLaunch:
 
     def __init__(self, folder: str):
         self.folder = folder
-        self.meta = _read_json(os.path.join(folder, LAUNCH_FILE), LAUNCH_FORMAT)
+        path = os.path.join(folder, LAUNCH_FILE)
+        self.meta = _read_json(path, LAUNCH_FORMAT, files.LAUNCH_FILE)
+        check_launch(self.meta, path, folder)
         self.kernel_name = self.meta["kernel_name"]
         self.source_path = os.path.join(folder, self.meta["source"])
 
@@ -307,8 +401,10 @@ class CapturedLaunch:
         rel = self.meta["buffers"][buf].get(which)
         if rel is None:
             return None
-        with open(os.path.join(self.folder, rel), "rb") as f:
-            return f.read()
+        try:
+            return files.read_bytes(os.path.join(self.folder, rel), files.KERNEL_BUFFER)
+        except files.UnreadableFile as exc:
+            raise CaptureFormatError(str(exc)) from None
 
     def storages(self, which: str = "before", device: str = "cpu") -> dict:
         """{buffer: uint8 tensor holding its bytes} on `device`."""

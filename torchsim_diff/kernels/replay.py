@@ -125,9 +125,10 @@ def replay_artifact(path: str, *, executor: str = "interpreter", in_child: bool 
     """
     check_executor(executor)
     folders = launch_folders(path)
+    launches = [CapturedLaunch(f) for f in folders]     # every launch.json checked before any kernel runs
     if in_child or not _fits_this_process(executor):
         return ReplayReport([LaunchReport.from_dict(d) for d in _replay_in_child(folders, executor)])
-    return ReplayReport([replay_launch(CapturedLaunch(f), executor=executor) for f in folders])
+    return ReplayReport([replay_launch(launch, executor=executor) for launch in launches])
 
 
 def replay_launch(launch: CapturedLaunch, *, executor: str = "interpreter") -> LaunchReport:

@@ -37,6 +37,8 @@ class OpSpec:
     mutates: True when the node writes into its first argument (an input or a view of one).
     result_domain: value domain of the result ("real", "positive", ...), so downstream
         domain-restricted ops (log, sqrt) may consume it.
+    signature: attribute name -> `attrs.Attr`, the type each attribute may hold; a case
+        file's node is checked against it before its program is written.
     """
 
     name: str
@@ -46,6 +48,7 @@ class OpSpec:
     dtypes: str = "float"
     mutates: bool = False
     result_domain: str = "real"
+    signature: dict = dataclasses.field(default_factory=dict)
 
     def supports(self, dtype: str) -> bool:
         is_float = dtype.startswith(("float", "bfloat"))

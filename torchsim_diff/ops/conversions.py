@@ -6,6 +6,7 @@ last-bit difference that the oracle allows into a different integer.
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import one_of
 
 # The other float dtype a case meets: never the case's own, and float32 where a
 # promotion should widen.
@@ -13,8 +14,8 @@ OTHER_FLOAT = {"float32": "float16", "float16": "float32", "bfloat16": "float16"
 ROUND_TRIP = {"float32": "float16", "float16": "bfloat16", "bfloat16": "float16"}
 
 
-def _register(name, emit, build, dtypes="float"):
-    register(OpSpec(name, "pointwise", emit, build, dtypes=dtypes))
+def _register(name, emit, build, dtypes="float", signature=None):
+    register(OpSpec(name, "pointwise", emit, build, dtypes=dtypes, signature=signature or {}))
 
 
 def _build_to_int32(b):
@@ -30,14 +31,16 @@ def _build_to_float(b):
     return [b.value()], {"dtype": b.draw_choice(["float32", "float16"])}
 
 
-_register("to_float", lambda a, k: f"{a[0]}.to(torch.{k['dtype']})", _build_to_float, dtypes="int")
+_register("to_float", lambda a, k: f"{a[0]}.to(torch.{k['dtype']})", _build_to_float, dtypes="int",
+          signature={"dtype": one_of("float32", "float16")})
 
 
 def _build_round_trip(b):
     return [b.value()], {"via": ROUND_TRIP[b.dtype]}
 
 
-_register("cast_round_trip", lambda a, k: f"{a[0]}.to(torch.{k['via']}).to({a[0]}.dtype)", _build_round_trip)
+_register("cast_round_trip", lambda a, k: f"{a[0]}.to(torch.{k['via']}).to({a[0]}.dtype)", _build_round_trip,
+          signature={"via": one_of(*sorted(set(ROUND_TRIP.values())))})
 
 
 def _build_add_int(b):

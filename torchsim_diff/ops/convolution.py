@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import BOOL, INT, INTS, one_of, optional
 
 
-def _register(name, emit, build):
-    register(OpSpec(name, "matmul", emit, build))
+def _register(name, emit, build, signature):
+    register(OpSpec(name, "matmul", emit, build, signature=signature))
 
 
 def _window(b, size: int) -> dict:
@@ -41,8 +42,10 @@ def _emit_conv(fn):
     return emit
 
 
-_register("conv1d", _emit_conv("torch.nn.functional.conv1d"), _build_conv(1))
-_register("conv2d", _emit_conv("torch.nn.functional.conv2d"), _build_conv(2))
+CONV = {"stride": INTS, "padding": INTS, "dilation": INTS, "groups": INT}
+MAX_POOL = {"kernel": INTS, "stride": INTS, "padding": INTS, "dilation": INTS, "ceil_mode": BOOL}
+_register("conv1d", _emit_conv("torch.nn.functional.conv1d"), _build_conv(1), CONV)
+_register("conv2d", _emit_conv("torch.nn.functional.conv2d"), _build_conv(2), CONV)
 
 
 def _build_pool(spatial: int, dilated: bool):
@@ -68,9 +71,10 @@ def _emit_avg_pool(args, attrs):
                 stride=tuple(attrs["stride"]), padding=tuple(attrs["padding"]), ceil_mode=attrs["ceil_mode"])
 
 
-_register("max_pool1d", _emit_max_pool("torch.nn.functional.max_pool1d"), _build_pool(1, dilated=True))
-_register("max_pool2d", _emit_max_pool("torch.nn.functional.max_pool2d"), _build_pool(2, dilated=True))
-_register("avg_pool2d", _emit_avg_pool, _build_pool(2, dilated=False))
+_register("max_pool1d", _emit_max_pool("torch.nn.functional.max_pool1d"), _build_pool(1, dilated=True), MAX_POOL)
+_register("max_pool2d", _emit_max_pool("torch.nn.functional.max_pool2d"), _build_pool(2, dilated=True), MAX_POOL)
+_register("avg_pool2d", _emit_avg_pool, _build_pool(2, dilated=False),
+          {"kernel": INTS, "stride": INTS, "padding": INTS, "ceil_mode": BOOL})
 
 
 def _build_adaptive(b):
@@ -80,7 +84,7 @@ def _build_adaptive(b):
 
 _register("adaptive_avg_pool2d",
           lambda a, k: call("torch.nn.functional.adaptive_avg_pool2d", a, output_size=tuple(k["output_size"])),
-          _build_adaptive)
+          _build_adaptive, {"output_size": INTS})
 
 # mode -> spatial rank of the input it takes
 INTERPOLATE_MODES = {"nearest": 2, "bilinear": 2, "linear": 1, "nearest-exact": 1}
@@ -102,4 +106,5 @@ def _emit_interpolate(args, attrs):
     return call("torch.nn.functional.interpolate", args, size=tuple(attrs["size"]), mode=attrs["mode"], **extra)
 
 
-_register("interpolate", _emit_interpolate, _build_interpolate)
+_register("interpolate", _emit_interpolate, _build_interpolate,
+          {"size": INTS, "mode": one_of(*INTERPOLATE_MODES), "align_corners": optional(BOOL)})

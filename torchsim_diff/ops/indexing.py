@@ -5,6 +5,7 @@ Index inputs are int64 with values in range, so eager never rejects them.
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import INT
 
 
 def _build_gather(b):
@@ -17,7 +18,7 @@ def _build_gather(b):
 
 
 register(OpSpec("gather", "indexing", lambda a, k: f"torch.gather({a[0]}, {k['dim']}, {a[1]})",
-                _build_gather, dtypes="any", result_domain="same"))
+                _build_gather, dtypes="any", result_domain="same", signature={"dim": INT}))
 
 
 def _build_index_select(b):
@@ -30,7 +31,7 @@ def _build_index_select(b):
 
 register(OpSpec("index_select", "indexing",
                 lambda a, k: f"torch.index_select({a[0]}, {k['dim']}, {a[1]})",
-                _build_index_select, dtypes="any", result_domain="same"))
+                _build_index_select, dtypes="any", result_domain="same", signature={"dim": INT}))
 
 
 def _build_embedding(b):

@@ -8,7 +8,11 @@ nondeterministic (duplicates without accumulate) are never drawn.
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, register
-from torchsim_diff.ops.views import slice_expr
+from torchsim_diff.ops.attrs import BOOL, INT, NUMBER, optional, or_none, record
+from torchsim_diff.ops.views import NARROW, SLICE, slice_expr
+
+TARGET_VIEW = optional(or_none(record({"slice": SLICE, "transpose": {"dim0": INT, "dim1": INT}, "narrow": NARROW,
+                                       "select": {"dim": INT, "index": INT}})))
 
 
 def target_expr(base: str, view: dict | None) -> str:
@@ -27,10 +31,11 @@ def target_expr(base: str, view: dict | None) -> str:
     raise ValueError(f"unknown target view kind {kind!r}")
 
 
-def _register(name, emit, build, dtypes="any"):
+def _register(name, emit, build, dtypes="any", signature=None):
     def emit_on_target(args, attrs):
         return emit([target_expr(args[0], attrs.get("view")), *args[1:]], attrs)
-    register(OpSpec(name, "inplace", emit_on_target, build, dtypes=dtypes, mutates=True))
+    register(OpSpec(name, "inplace", emit_on_target, build, dtypes=dtypes, mutates=True,
+                    signature={"view": TARGET_VIEW, **(signature or {})}))
 
 
 def _build_pointwise_(b):
@@ -60,7 +65,7 @@ def _emit_masked_fill_(args, attrs):
     return f"{args[0]}.masked_fill_({args[1]}, {attrs['value']!r})"
 
 
-_register("masked_fill_", _emit_masked_fill_, _build_masked_fill_, dtypes="float")
+_register("masked_fill_", _emit_masked_fill_, _build_masked_fill_, dtypes="float", signature={"value": NUMBER})
 
 
 def _build_index_put_(b):
@@ -76,7 +81,7 @@ def _emit_index_put_(args, attrs):
     return f"{args[0]}.index_put_(({args[1]},), {args[2]}, accumulate={attrs['accumulate']})"
 
 
-_register("index_put_", _emit_index_put_, _build_index_put_)
+_register("index_put_", _emit_index_put_, _build_index_put_, signature={"accumulate": BOOL})
 
 
 def _build_dim_index_op(unique):
@@ -92,9 +97,9 @@ def _build_dim_index_op(unique):
 
 
 _register("index_add_", lambda a, k: f"{a[0]}.index_add_({k['dim']}, {a[1]}, {a[2]})",
-          _build_dim_index_op(unique=False))
+          _build_dim_index_op(unique=False), signature={"dim": INT})
 _register("index_copy_", lambda a, k: f"{a[0]}.index_copy_({k['dim']}, {a[1]}, {a[2]})",
-          _build_dim_index_op(unique=True))
+          _build_dim_index_op(unique=True), signature={"dim": INT})
 
 
 def _build_scatter_(b):
@@ -105,4 +110,4 @@ def _build_scatter_(b):
     return [target, idx, b.value_of_shape(idx_shape)], {"view": view, "dim": dim}
 
 
-_register("scatter_", lambda a, k: f"{a[0]}.scatter_({k['dim']}, {a[1]}, {a[2]})", _build_scatter_)
+_register("scatter_", lambda a, k: f"{a[0]}.scatter_({k['dim']}, {a[1]}, {a[2]})", _build_scatter_, signature={"dim": INT})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import EQUATION, NUMBER
 
 
 def _build_mm(b):
@@ -57,9 +58,9 @@ def _build_batched_add(batched: bool):
 
 
 register(OpSpec("baddbmm", "matmul", lambda a, k: call("torch.baddbmm", a, beta=k["beta"], alpha=k["alpha"]),
-                _build_batched_add(True)))
+                _build_batched_add(True), signature={"beta": NUMBER, "alpha": NUMBER}))
 register(OpSpec("addbmm", "matmul", lambda a, k: call("torch.addbmm", a, beta=k["beta"], alpha=k["alpha"]),
-                _build_batched_add(False)))
+                _build_batched_add(False), signature={"beta": NUMBER, "alpha": NUMBER}))
 
 
 def _build_linear(b):
@@ -90,4 +91,5 @@ def _build_einsum(b):
     return [b.value_of_shape([sizes[c] for c in term]) for term in operands], {"equation": equation}
 
 
-register(OpSpec("einsum", "matmul", lambda a, k: f"torch.einsum({k['equation']!r}, {', '.join(a)})", _build_einsum))
+register(OpSpec("einsum", "matmul", lambda a, k: f"torch.einsum({k['equation']!r}, {', '.join(a)})", _build_einsum,
+                signature={"equation": EQUATION}))

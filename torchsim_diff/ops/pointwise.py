@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import NUMBER, optional, or_none
 
 
 def unary(name, fn, *, domain="real", dtypes="float", result_domain="real"):
@@ -90,7 +91,7 @@ def _build_clamp(b):
 
 
 register(OpSpec("clamp", "pointwise", lambda a, k: call("torch.clamp", a, min=k["min"], max=k["max"]),
-                _build_clamp, dtypes="any"))
+                _build_clamp, dtypes="any", signature={"min": or_none(NUMBER), "max": or_none(NUMBER)}))
 
 
 def _build_clamp_tensor(b):
@@ -109,7 +110,7 @@ def _build_hardtanh(b):
 
 register(OpSpec("hardtanh", "pointwise",
                 lambda a, k: call("torch.nn.functional.hardtanh", a, min_val=k["min_val"], max_val=k["max_val"]),
-                _build_hardtanh))
+                _build_hardtanh, signature={"min_val": NUMBER, "max_val": NUMBER}))
 
 
 def _build_leaky_relu(b):
@@ -118,7 +119,7 @@ def _build_leaky_relu(b):
 
 register(OpSpec("leaky_relu", "pointwise",
                 lambda a, k: call("torch.nn.functional.leaky_relu", a, negative_slope=k["negative_slope"]),
-                _build_leaky_relu))
+                _build_leaky_relu, signature={"negative_slope": NUMBER}))
 
 
 def _build_lerp(b):
@@ -135,7 +136,7 @@ def _emit_lerp(args, attrs):
     return call("torch.lerp", args)
 
 
-register(OpSpec("lerp", "pointwise", _emit_lerp, _build_lerp))
+register(OpSpec("lerp", "pointwise", _emit_lerp, _build_lerp, signature={"weight": optional(NUMBER)}))
 
 
 def _build_addc(divisor_domain):
@@ -148,6 +149,6 @@ def _build_addc(divisor_domain):
 
 
 register(OpSpec("addcmul", "pointwise", lambda a, k: call("torch.addcmul", a, value=k["value"]),
-                _build_addc("real")))
+                _build_addc("real"), signature={"value": NUMBER}))
 register(OpSpec("addcdiv", "pointwise", lambda a, k: call("torch.addcdiv", a, value=k["value"]),
-                _build_addc("nonzero")))
+                _build_addc("nonzero"), signature={"value": NUMBER}))

@@ -2,6 +2,13 @@
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import BOOL, INT, INTS, optional
+
+
+# Without "dim" a reduction is over everything (keepdim then has no effect).
+MULTI_DIM = {"dim": optional(INTS), "keepdim": optional(BOOL)}
+ONE_DIM = {"dim": optional(INT), "keepdim": optional(BOOL)}
+VAR_LIKE = {"dim": optional(INTS), "correction": INT, "keepdim": BOOL}
 
 
 def _build_multi_dim(b):
@@ -17,13 +24,13 @@ def _emit_multi(fn):
     def emit(args, attrs):
         if "dim" not in attrs:
             return call(fn, args)
-        return call(fn, args, dim=tuple(attrs["dim"]), keepdim=attrs["keepdim"])
+        return call(fn, args, dim=tuple(attrs["dim"]), keepdim=attrs.get("keepdim", False))
     return emit
 
 
 for _name, _fn, _dt in [("sum", "torch.sum", "any"), ("mean", "torch.mean", "float"),
                         ("amax", "torch.amax", "any"), ("amin", "torch.amin", "any")]:
-    register(OpSpec(_name, "reduction", _emit_multi(_fn), _build_multi_dim, dtypes=_dt))
+    register(OpSpec(_name, "reduction", _emit_multi(_fn), _build_multi_dim, dtypes=_dt, signature=MULTI_DIM))
 
 
 def _build_one_dim(b):
@@ -43,8 +50,8 @@ def _emit_one(fn):
 
 
 register(OpSpec("argmax", "reduction", _emit_one("torch.argmax"), _build_one_dim, dtypes="any",
-                result_domain="index"))
-register(OpSpec("prod", "reduction", _emit_one("torch.prod"), _build_one_dim, dtypes="any"))
+                result_domain="index", signature=ONE_DIM))
+register(OpSpec("prod", "reduction", _emit_one("torch.prod"), _build_one_dim, dtypes="any", signature=ONE_DIM))
 
 
 def _build_var(b):
@@ -71,12 +78,13 @@ def _emit_var_like(fn):
     return emit
 
 
-register(OpSpec("var", "reduction", _emit_var_like("torch.var"), _build_var, result_domain="real"))
+register(OpSpec("var", "reduction", _emit_var_like("torch.var"), _build_var, result_domain="real",
+                signature=VAR_LIKE))
 
 
-register(OpSpec("std", "reduction", _emit_var_like("torch.std"), _build_var))
+register(OpSpec("std", "reduction", _emit_var_like("torch.std"), _build_var, signature=VAR_LIKE))
 register(OpSpec("argmin", "reduction", _emit_one("torch.argmin"), _build_one_dim, dtypes="any",
-                result_domain="index"))
+                result_domain="index", signature=ONE_DIM))
 
 
 def _build_logsumexp(b):
@@ -87,7 +95,7 @@ def _build_logsumexp(b):
 
 register(OpSpec("logsumexp", "reduction",
                 lambda a, k: call("torch.logsumexp", a, dim=tuple(k["dim"]), keepdim=k["keepdim"]),
-                _build_logsumexp))
+                _build_logsumexp, signature={"dim": INTS, "keepdim": BOOL}))
 
 
 def _build_max_dim(b):
@@ -97,4 +105,4 @@ def _build_max_dim(b):
 
 register(OpSpec("max_dim", "reduction",
                 lambda a, k: f"{call('torch.max', a, dim=k['dim'], keepdim=k['keepdim'])}.values",
-                _build_max_dim, dtypes="any", result_domain="same"))
+                _build_max_dim, dtypes="any", result_domain="same", signature={"dim": INT, "keepdim": BOOL}))

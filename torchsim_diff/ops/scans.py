@@ -7,10 +7,12 @@ which of several tied indices it returns is unspecified.
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import BOOL, INT
 
 
-def _register(name, emit, build, dtypes="any", result_domain="real"):
-    register(OpSpec(name, "reduction", emit, build, dtypes=dtypes, result_domain=result_domain))
+def _register(name, emit, build, dtypes="any", result_domain="real", signature=None):
+    register(OpSpec(name, "reduction", emit, build, dtypes=dtypes, result_domain=result_domain,
+                    signature=signature or {"dim": INT}))
 
 
 def _build_scan(b):
@@ -31,9 +33,9 @@ def _build_sort(b):
 
 
 _register("sort", lambda a, k: f"{call('torch.sort', a, dim=k['dim'], descending=k['descending'], stable=True)}.values",
-          _build_sort, result_domain="same")
+          _build_sort, result_domain="same", signature={"dim": INT, "descending": BOOL})
 _register("argsort", lambda a, k: call("torch.argsort", a, dim=k["dim"], descending=k["descending"], stable=True),
-          _build_sort, result_domain="index")
+          _build_sort, result_domain="index", signature={"dim": INT, "descending": BOOL})
 
 
 def _build_topk(b):
@@ -44,4 +46,4 @@ def _build_topk(b):
 
 
 _register("topk", lambda a, k: f"{call('torch.topk', a, k=k['k'], dim=k['dim'], largest=k['largest'])}.values",
-          _build_topk, result_domain="same")
+          _build_topk, result_domain="same", signature={"k": INT, "dim": INT, "largest": BOOL})

@@ -7,6 +7,7 @@ point (every reduce mode is order-independent up to rounding, which the oracle a
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import BOOL, FILL, INT, one_of
 
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
 INDEX_REDUCES = ("prod", "mean", "amax", "amin")
@@ -15,8 +16,8 @@ INDEX_REDUCES = ("prod", "mean", "amax", "amin")
 HALF_INDEX_REDUCES = ("mean", "amax", "amin")
 
 
-def _register(name, emit, build, dtypes="any"):
-    register(OpSpec(name, "indexing", emit, build, dtypes=dtypes, result_domain="real"))
+def _register(name, emit, build, signature, dtypes="any"):
+    register(OpSpec(name, "indexing", emit, build, dtypes=dtypes, result_domain="real", signature=signature))
 
 
 def _scatter_operands(b):
@@ -39,7 +40,8 @@ def _emit_scatter_reduce(args, attrs):
             f"include_self={attrs['include_self']})")
 
 
-_register("scatter_reduce", _emit_scatter_reduce, _build_scatter_reduce)
+_register("scatter_reduce", _emit_scatter_reduce, _build_scatter_reduce,
+          {"dim": INT, "reduce": one_of(*SCATTER_REDUCES), "include_self": BOOL})
 
 
 def _build_scatter_add(b):
@@ -47,7 +49,8 @@ def _build_scatter_add(b):
     return [x, idx, src], {"dim": dim}
 
 
-_register("scatter_add", lambda a, k: f"torch.scatter_add({a[0]}, {k['dim']}, {a[1]}, {a[2]})", _build_scatter_add)
+_register("scatter_add", lambda a, k: f"torch.scatter_add({a[0]}, {k['dim']}, {a[1]}, {a[2]})", _build_scatter_add,
+          {"dim": INT})
 
 
 def _build_index_reduce(b):
@@ -71,7 +74,8 @@ def _emit_index_reduce(args, attrs):
     return f"{x}.index_reduce({attrs['dim']}, {idx}, {src}, {attrs['reduce']!r}, include_self={attrs['include_self']})"
 
 
-_register("index_reduce", _emit_index_reduce, _build_index_reduce, dtypes="float")
+_register("index_reduce", _emit_index_reduce, _build_index_reduce,
+          {"dim": INT, "reduce": one_of(*INDEX_REDUCES), "include_self": BOOL}, dtypes="float")
 
 
 def _build_masked_fill(b):
@@ -87,7 +91,7 @@ def _emit_masked_fill(args, attrs):
     return f"torch.masked_fill({args[0]}, {args[1]}, {text})"
 
 
-_register("masked_fill", _emit_masked_fill, _build_masked_fill)
+_register("masked_fill", _emit_masked_fill, _build_masked_fill, {"value": FILL})
 
 
 def _build_masked_scatter(b):
@@ -96,4 +100,4 @@ def _build_masked_scatter(b):
     return [x, mask, b.value_of_shape(b.shape(x))], {}
 
 
-_register("masked_scatter", lambda a, k: f"{a[0]}.masked_scatter({a[1]}, {a[2]})", _build_masked_scatter)
+_register("masked_scatter", lambda a, k: f"{a[0]}.masked_scatter({a[1]}, {a[2]})", _build_masked_scatter, {})

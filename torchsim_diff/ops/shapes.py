@@ -3,10 +3,11 @@ chunk (every piece used), select."""
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import INT, INTS
 
 
-def _register(name, emit, build, result_domain="same"):
-    register(OpSpec(name, "view", emit, build, dtypes="any", result_domain=result_domain))
+def _register(name, emit, build, result_domain="same", signature=None):
+    register(OpSpec(name, "view", emit, build, dtypes="any", result_domain=result_domain, signature=signature or {}))
 
 
 def _dims(b, rank: int) -> list:
@@ -18,7 +19,7 @@ def _build_flip(b):
     return [x], {"dims": _dims(b, len(b.shape(x)))}
 
 
-_register("flip", lambda a, k: call("torch.flip", a, dims=tuple(k["dims"])), _build_flip)
+_register("flip", lambda a, k: call("torch.flip", a, dims=tuple(k["dims"])), _build_flip, signature={"dims": INTS})
 
 
 def _build_roll(b):
@@ -28,15 +29,16 @@ def _build_roll(b):
     return [x], {"shifts": [b.draw_int(-shape[d] - 1, shape[d] + 1) for d in dims], "dims": dims}
 
 
-_register("roll", lambda a, k: call("torch.roll", a, shifts=tuple(k["shifts"]), dims=tuple(k["dims"])), _build_roll)
+_register("roll", lambda a, k: call("torch.roll", a, shifts=tuple(k["shifts"]), dims=tuple(k["dims"])), _build_roll,
+          signature={"shifts": INTS, "dims": INTS})
 
 
 def _build_triangle(b):
     return [b.value(min_rank=2)], {"diagonal": b.draw_int(-2, 2)}
 
 
-_register("tril", lambda a, k: call("torch.tril", a, diagonal=k["diagonal"]), _build_triangle)
-_register("triu", lambda a, k: call("torch.triu", a, diagonal=k["diagonal"]), _build_triangle)
+_register("tril", lambda a, k: call("torch.tril", a, diagonal=k["diagonal"]), _build_triangle, signature={"diagonal": INT})
+_register("triu", lambda a, k: call("torch.triu", a, diagonal=k["diagonal"]), _build_triangle, signature={"diagonal": INT})
 
 
 def _build_stack(b):
@@ -47,7 +49,7 @@ def _build_stack(b):
 
 
 _register("stack", lambda a, k: f"torch.stack([{', '.join(a)}], dim={k['dim']})", _build_stack,
-          result_domain="real")
+          result_domain="real", signature={"dim": INT})
 
 
 def _build_split(b):
@@ -62,7 +64,7 @@ def _build_split(b):
 
 # Every piece is used: the pieces come back in reverse order, each a separate view.
 _register("split", lambda a, k: f"torch.cat(torch.split({a[0]}, {k['sizes']!r}, dim={k['dim']})[::-1], dim={k['dim']})",
-          _build_split)
+          _build_split, signature={"sizes": INTS, "dim": INT})
 
 
 def _build_chunk(b):
@@ -73,7 +75,7 @@ def _build_chunk(b):
 
 # chunk's pieces may differ in size along the dim; each is summed over it and restacked.
 _register("chunk", lambda a, k: f"torch.stack([c.sum({k['dim']}) for c in torch.chunk({a[0]}, {k['chunks']}, dim={k['dim']})])",
-          _build_chunk, result_domain="real")
+          _build_chunk, result_domain="real", signature={"chunks": INT, "dim": INT})
 
 
 def _build_select(b):
@@ -83,4 +85,5 @@ def _build_select(b):
     return [x], {"dim": dim, "index": b.draw_int(-shape[dim], shape[dim] - 1)}
 
 
-_register("select", lambda a, k: call("torch.select", a, dim=k["dim"], index=k["index"]), _build_select)
+_register("select", lambda a, k: call("torch.select", a, dim=k["dim"], index=k["index"]), _build_select,
+          signature={"dim": INT, "index": INT})

@@ -3,6 +3,7 @@ unsqueeze/squeeze, cat, constant_pad_nd, contiguous and repeat."""
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops.attrs import INT, INTS, NUMBER, or_none
 
 
 def slice_expr(base: str, rank: int, dim: int, start: int, stop, step: int) -> str:
@@ -13,8 +14,13 @@ def slice_expr(base: str, rank: int, dim: int, start: int, stop, step: int) -> s
     return f"{base}[{', '.join([':'] * dim + [part])}]"
 
 
-def _register(name, emit, build, dtypes="any", result_domain="same"):
-    register(OpSpec(name, "view", emit, build, dtypes=dtypes, result_domain=result_domain))
+# The fields of a strided slice and of a narrow, also the views an in-place op may write through.
+SLICE = {"dim": INT, "start": INT, "stop": or_none(INT), "step": INT}
+NARROW = {"dim": INT, "start": INT, "length": INT}
+
+
+def _register(name, emit, build, signature, dtypes="any", result_domain="same"):
+    register(OpSpec(name, "view", emit, build, dtypes=dtypes, result_domain=result_domain, signature=signature))
 
 
 def _build_transpose(b):
@@ -24,7 +30,7 @@ def _build_transpose(b):
 
 
 _register("transpose", lambda a, k: call("torch.transpose", a, dim0=k["dim0"], dim1=k["dim1"]),
-          _build_transpose)
+          _build_transpose, {"dim0": INT, "dim1": INT})
 
 
 def _build_permute(b):
@@ -32,7 +38,7 @@ def _build_permute(b):
     return [x], {"dims": b.draw_permutation(len(b.shape(x)))}
 
 
-_register("permute", lambda a, k: call("torch.permute", a, dims=tuple(k["dims"])), _build_permute)
+_register("permute", lambda a, k: call("torch.permute", a, dims=tuple(k["dims"])), _build_permute, {"dims": INTS})
 
 
 def _build_reshape(b):
@@ -40,7 +46,7 @@ def _build_reshape(b):
     return [x], {"shape": b.draw_reshape(b.shape(x))}
 
 
-_register("reshape", lambda a, k: call("torch.reshape", a, shape=tuple(k["shape"])), _build_reshape)
+_register("reshape", lambda a, k: call("torch.reshape", a, shape=tuple(k["shape"])), _build_reshape, {"shape": INTS})
 
 
 def _build_view(b):
@@ -53,7 +59,8 @@ def _build_view(b):
     return [x], {"shape": [1, *shape]}
 
 
-_register("view", lambda a, k: f"{a[0]}.view({', '.join(map(str, k['shape'])) or '()'})", _build_view)
+_register("view", lambda a, k: f"{a[0]}.view({', '.join(map(str, k['shape'])) or '()'})", _build_view,
+          {"shape": INTS})
 
 
 def _build_slice(b):
@@ -68,7 +75,7 @@ def _build_slice(b):
 
 
 _register("slice", lambda a, k: slice_expr(a[0], 0, k["dim"], k["start"], k["stop"], k["step"]),
-          _build_slice)
+          _build_slice, SLICE)
 
 
 def _build_narrow(b):
@@ -80,7 +87,7 @@ def _build_narrow(b):
 
 
 _register("narrow", lambda a, k: call("torch.narrow", a, dim=k["dim"], start=k["start"], length=k["length"]),
-          _build_narrow)
+          _build_narrow, NARROW)
 
 
 def _build_expand(b):
@@ -95,7 +102,7 @@ def _build_expand(b):
     return [x], {"size": shape}
 
 
-_register("expand", lambda a, k: f"{a[0]}.expand({', '.join(map(str, k['size']))})", _build_expand)
+_register("expand", lambda a, k: f"{a[0]}.expand({', '.join(map(str, k['size']))})", _build_expand, {"size": INTS})
 
 
 def _build_unsqueeze(b):
@@ -103,7 +110,7 @@ def _build_unsqueeze(b):
     return [x], {"dim": b.draw_int(0, len(b.shape(x)))}
 
 
-_register("unsqueeze", lambda a, k: call("torch.unsqueeze", a, dim=k["dim"]), _build_unsqueeze)
+_register("unsqueeze", lambda a, k: call("torch.unsqueeze", a, dim=k["dim"]), _build_unsqueeze, {"dim": INT})
 
 
 def _build_squeeze(b):
@@ -113,7 +120,7 @@ def _build_squeeze(b):
     return [x], {"dim": b.draw_choice(ones) if ones else b.draw_int(0, len(shape) - 1)}
 
 
-_register("squeeze", lambda a, k: call("torch.squeeze", a, dim=k["dim"]), _build_squeeze)
+_register("squeeze", lambda a, k: call("torch.squeeze", a, dim=k["dim"]), _build_squeeze, {"dim": INT})
 
 
 def _build_cat(b):
@@ -129,7 +136,7 @@ def _build_cat(b):
     return operands, {"dim": dim}
 
 
-_register("cat", lambda a, k: f"torch.cat([{', '.join(a)}], dim={k['dim']})", _build_cat,
+_register("cat", lambda a, k: f"torch.cat([{', '.join(a)}], dim={k['dim']})", _build_cat, {"dim": INT},
           result_domain="real")
 
 
@@ -144,14 +151,15 @@ def _emit_pad(args, attrs):
     return call("torch.constant_pad_nd", args, pad=tuple(attrs["pad"]), value=attrs["value"])
 
 
-_register("constant_pad_nd", _emit_pad, _build_pad, dtypes="float", result_domain="real")
+_register("constant_pad_nd", _emit_pad, _build_pad, {"pad": INTS, "value": NUMBER}, dtypes="float",
+          result_domain="real")
 
 
 def _build_contiguous(b):
     return [b.value()], {}
 
 
-_register("contiguous", lambda a, k: f"{a[0]}.contiguous()", _build_contiguous)
+_register("contiguous", lambda a, k: f"{a[0]}.contiguous()", _build_contiguous, {})
 
 
 def _build_repeat(b):
@@ -166,4 +174,5 @@ def _build_repeat(b):
     return [x], {"repeats": repeats}
 
 
-_register("repeat", lambda a, k: f"{a[0]}.repeat({', '.join(map(str, k['repeats']))})", _build_repeat)
+_register("repeat", lambda a, k: f"{a[0]}.repeat({', '.join(map(str, k['repeats']))})", _build_repeat,
+          {"repeats": INTS})

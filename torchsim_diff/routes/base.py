@@ -106,6 +106,8 @@ class Route:
             (None: the fuzzer's own interpreter).
         cacheable: whether a compiled program may be reused for other input values
             of the same graph and layouts.
+        option_names: the route options it takes (``--route-option NAME.KEY=VALUE``); the
+            command line refuses any other key before a worker starts (`check_options`).
     """
 
     name: str = ""
@@ -113,6 +115,16 @@ class Route:
     boundary: str = "inputs passed as-is (exact strides, offsets and storages)"
     python_env: str | None = None
     cacheable: bool = True
+    option_names: tuple = ()
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Raise ValueError naming a key the route does not take, and those it does. A route
+        whose values need checking does that in __init__ (or overrides this)."""
+        unknown = [key for key in options if key not in cls.option_names]
+        if unknown:
+            takes = ", ".join(cls.option_names) if cls.option_names else "no options"
+            raise ValueError(f"route {cls.name} has no option {unknown[0]!r}; it takes {takes}")
 
     def __init__(self, options: dict | None = None):
         self.options = dict(options or {})

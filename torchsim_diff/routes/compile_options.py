@@ -40,7 +40,7 @@ MIXED_SHARE = 3            # dynamic=mixed: one graph in MIXED_SHARE is compiled
 SECOND_SIZE_MARK = "second_size_of"     # values key of a case that resizes an earlier one
 
 
-def _boolean(key):
+def boolean(key):
     def parse(value):
         if value not in BOOLEANS:
             raise ValueError(f"{key}={value!r} is not a boolean; use {key}=true or {key}=false")
@@ -64,7 +64,7 @@ def _mode(value):
 
 
 PARSERS = {"dynamic": _dynamic, "mode": _mode,
-           "emulate_precision_casts": _boolean("emulate_precision_casts"), "freezing": _boolean("freezing")}
+           "emulate_precision_casts": boolean("emulate_precision_casts"), "freezing": boolean("freezing")}
 
 
 def settings(options: dict) -> dict:

@@ -10,6 +10,7 @@ class InductorRoute(Route):
     name = "inductor"
     description = "torch.compile(fullgraph; options dynamic, mode, freezing), Inductor C++ kernels on CPU"
     compile_settings = True         # takes routes/compile_options.py's settings
+    option_names = tuple(compile_options.PARSERS)
 
     @classmethod
     def worker_env(cls, options):

@@ -14,6 +14,7 @@ budget; exhausting it is a `timeout`), timeout_s (wall clock per Spike run).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import shutil
@@ -94,8 +95,8 @@ class SpikeOptions:
                 raise ValueError(f"vlen={self.vlen!r} needs a vector ISA but isa={self.isa!r} has no V")
         if self.max_instructions is not None and self.max_instructions < 1:
             raise ValueError(f"max_instructions={self.max_instructions!r} must be a positive count or None")
-        if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s={self.timeout_s!r} must be a positive number of seconds")
+        if not math.isfinite(self.timeout_s) or self.timeout_s <= 0:
+            raise ValueError(f"timeout_s={self.timeout_s!r} must be a finite positive number of seconds")
 
     @property
     def has_vector(self) -> bool:
@@ -384,6 +385,7 @@ class SpikeRoute(Route):
                    "(picolibc + HTIF) -> Spike; cost = kernel instructions retired")
     boundary = ("inputs copied to contiguous buffers and passed to the ELF as a file (strided access "
                 "inside the graph comes from view ops); mutated inputs written back into the caller's views")
+    option_names = tuple(f.name for f in dataclasses.fields(SpikeOptions))
 
     def __init__(self, options: dict | None = None):
         super().__init__(options)

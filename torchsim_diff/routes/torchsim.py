@@ -23,6 +23,7 @@ eagerly, nothing simulated them.
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -51,6 +52,7 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath
 LIMIT_OPTIONS = {"spike": "spike_timeout_s", "gem5": "gem5_timeout_s", "togsim": "togsim_timeout_s",
                  "compiler": "compiler_timeout_s", "toolchain": "toolchain_timeout_s"}
 TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
 # Modules whose `launch(obj_dir, manifest, runtime, ...)` runs Spike in-process (C2,
 # later C1): wrapped so each launch's inputs and outputs are kept.
 SPIKE_LAUNCH_MODULES = ("Simulator.spike_run", "PyTorchSimFrontend.triton_backend.spike_run")
@@ -64,6 +66,24 @@ class TorchSimRoute(Route):
                 "strides and offsets; storages copied back after the run")
     generations: tuple = ()
     facts: dict | None = None       # versions(), once per worker, for every record
+    option_names = ("config", "timing", *LIMIT_OPTIONS.values(), "verify", "verify_rtol", "verify_atol",
+                    "spike_jobs")
+
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Unknown keys, and values the worker would only trip over once started."""
+        super().check_options(options)
+        for key, value in options.items():
+            if key in LIMIT_OPTIONS.values():
+                _checked_number(key, value, positive=True)
+            elif key in ("verify_rtol", "verify_atol") and value not in (None, ""):
+                _checked_number(key, value, positive=False)
+            elif key == "spike_jobs" and not (str(value).isascii() and str(value).isdigit() and int(value) >= 1):
+                raise ValueError(f"spike_jobs={value!r} is not a positive count of processes (e.g. spike_jobs=4)")
+            elif key == "timing" and str(value).lower() not in TRUE_WORDS + FALSE_WORDS:
+                raise ValueError(f"timing={value!r} is not a boolean; use timing=1 or timing=0")
+            elif key == "verify":
+                config.verify_variables(str(value))      # ConfigError (a ValueError) names the modes
 
     # -- fuzzer side --------------------------------------------------------------------
     @classmethod
@@ -344,3 +364,14 @@ def _worker_count() -> int:
 
 def _number(value):
     return None if value in (None, "") else float(value)
+
+
+def _checked_number(key: str, value, *, positive: bool) -> float:
+    """A route option's number: finite, and above 0 (positive) or at least 0."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key}={value!r} is not a number") from None
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        raise ValueError(f"{key}={value!r} must be a finite number {'above' if positive else 'of at least'} 0")
+    return number

@@ -91,9 +91,15 @@ class _TritonRouteBase(Route):
     device: str = "cpu"
     executor: str = ""
     compile_settings = True         # takes routes/compile_options.py's settings
+    option_names = ("launcher", "capture", *compile_options.PARSERS)
 
     def __init__(self, options: dict | None = None):
         super().__init__(options)
+        if "capture" in self.options:                      # "false" from the command line is text
+            self.options["capture"] = compile_options.boolean("capture")(self.options["capture"])
+        launcher = self.options.get("launcher")
+        if isinstance(launcher, str) and not re.fullmatch(r"[\w.]+:\w+", launcher):
+            raise ValueError(f"launcher={launcher!r} is not 'module:Class'; e.g. 'tests.doubles.launchers:SwappedGrid'")
         chosen = compile_options.settings(self.options)   # a bad value fails here, before any worker starts
         self.cacheable = not chosen["freezing"]             # a frozen program holds its case's values
         self.compiler = compile_options.Compiler(self.options)

@@ -10,6 +10,10 @@ the route is abandoned with one line on stderr and its remaining cases are skipp
 crashes stay findings. A crash the route reports from a live worker (a Spike trap) restarts
 nothing and is not counted: Hypothesis draws runs of similar cases, and five traps of one
 bug in a row once ended a triton-spike campaign at its 900th case of 2,000.
+
+A worker killed from outside (someone's `kill -9`, a SIGTERM meant for another process) is
+no finding: see `collect` for how such a death is told from a crash of the route's own.
+`stop` ends every worker at once for a run that is being interrupted.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from torchsim_diff import bytecode
@@ -33,6 +38,11 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath
 STARTUP_TIMEOUT_S = 180.0
 MAX_CRASHES_IN_A_ROW = 5
 LOG_TAIL_CHARS = 3000
+# Signals that a crashing program does not raise on itself (a segfault is SIGSEGV, an abort
+# SIGABRT, a simulator trap is reported by a live worker): a worker that dies of one of these
+# was killed by another process (a user, a supervisor, the OOM killer).
+OUTSIDE_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOPPED = "the run is ending: its route workers were stopped"
 
 
 class WorkerGone(Exception):
@@ -55,6 +65,7 @@ class Pending:
     t_start: float = 0.0
     timeout_s: float = DEFAULT_TIMEOUT_S
     log_mark: int = 0
+    request: dict | None = None       # submit's arguments, to run the case again (collect)
     deadline: float = dataclasses.field(default=0.0)
 
     sent_at: float = dataclasses.field(default_factory=time.perf_counter)
@@ -83,18 +94,25 @@ class RouteWorker:
         self.crashes_in_a_row = 0
         self.start_failed = False
         self.abandoned: str | None = None
+        self.stopping = False             # set by stop(): no more starts, no more cases
+        self.died_of: int | None = None   # the signal the last worker process died of, if one
         self._hello: dict | None = None
         self._warmed = False
+        self._lock = threading.Lock()     # stop() may come from another thread than the cases'
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self, warm: bool = False) -> dict:
         cls = route_class(self.route_name)
         os.makedirs(self.work_root, exist_ok=True)
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [cls.interpreter(), "-m", "torchsim_diff.worker.server", self.route_name, json.dumps(self.options)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=self.environment(),
-            cwd=self.work_root)
+        with self._lock:
+            if self.stopping:
+                raise WorkerGone(Kind.TOOL_ERROR, STOPPED)
+            self._log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen(
+                [cls.interpreter(), "-m", "torchsim_diff.worker.server", self.route_name, json.dumps(self.options)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=self.environment(),
+                cwd=self.work_root)
+        self.died_of = None
         self._warmed = False
         self._hello = self._greet(warm)
         return self._hello
@@ -151,6 +169,14 @@ class RouteWorker:
                 self._kill()
         self.proc = None
 
+    def stop(self) -> None:
+        """End the worker now and start no other (a run being interrupted): the case in
+        flight, if any, comes back as a skipped outcome. Safe from another thread."""
+        with self._lock:
+            self.stopping = True
+            if self.proc is not None and self.proc.poll() is None:
+                self.proc.kill()
+
     def _kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
@@ -169,20 +195,27 @@ class RouteWorker:
         while the route compiles; `collect` gives its Outcome. One case in flight at a time."""
         if self.abandoned:
             return Pending(Outcome.failed(Kind.CRASH, "start", self.abandoned, abandoned=True), counted=False)
+        if self.stopping:
+            return Pending(_stopped(), counted=False)
+        request = dict(case=case, program=program, artifact_dir=artifact_dir, repeat=repeat, timeout_s=timeout_s)
         t_start = time.perf_counter()
         if not self.alive() or not self._warmed:
             if self.proc is not None and not self.alive():
                 self.restarts += 1
             self.hello(warm=True)
         t_start = time.perf_counter() - t_start
+        if self.stopping:
+            return Pending(_stopped(), counted=False)
         if self.start_failed:
-            return Pending(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]), t_start=t_start)
+            return Pending(Outcome.failed(Kind.CRASH, "start", self._hello["reason"]), t_start=t_start,
+                           request=request)
         if not self._hello.get("available"):
             reason = f"route unavailable: {self._hello.get('reason')}"
             return Pending(Outcome.failed(Kind.UNSUPPORTED, "setup", reason), counted=False)
         message = {"request": Request.RUN.value, "case": case, "program": program, "artifact_dir": artifact_dir,
                    "repeat": repeat}
-        pending = Pending(timeout_s=timeout_s or self.timeout_s, log_mark=self._log_size(), t_start=t_start)
+        pending = Pending(timeout_s=timeout_s or self.timeout_s, log_mark=self._log_size(), t_start=t_start,
+                          request=request)
         try:
             protocol.send(self.proc.stdin, message)
         except (BrokenPipeError, OSError):
@@ -191,20 +224,50 @@ class RouteWorker:
         return pending
 
     def collect(self, pending: "Pending") -> Outcome:
-        """The Outcome of the case `submit` sent (waits for the worker within its limit)."""
-        outcome = pending.outcome
-        if outcome is None:
-            try:
-                outcome = Outcome.from_wire(self._receive(pending.timeout_s, pending.log_mark, pending.deadline))
-            except WorkerGone as gone:
-                self._kill()
-                outcome = Outcome.failed(gone.kind, "run", gone.message)
+        """The Outcome of the case `submit` sent (waits for the worker within its limit).
+
+        A worker that died of an outside signal (OUTSIDE_SIGNALS) while it ran the case or
+        started for it may have been killed by anyone, so the case runs once more on a fresh
+        worker, and that run's outcome is the case's. When it fails (the same death again, as
+        under the OOM killer, or any other failure) the death was the case's doing, or at least
+        the failure is real. When it completes, its metrics carry `killed_by` (the signal) and
+        `killed_at` (the stage), and a case that then passes its judging is recorded as a
+        `tool_error` with no bucket (Checker._verdict): the death was not the case's doing.
+        Only two kills of one case in a row, on two workers, pass for the case's own."""
+        outcome = self._outcome_of(pending)
+        if self.stopping and outcome.kind in (Kind.CRASH.value, Kind.TIMEOUT.value):
+            return _stopped()                  # killed by stop(): nothing the route did
         if not pending.counted:
             return outcome
+        if pending.request is not None and self._killed_from_outside(outcome):
+            outcome = self._run_again_after_a_kill(pending.request, outcome)
         # only a crash that took the worker down costs a restart: a crash the route reports
         # from a live worker (a Spike trap in the simulated program) is a finding like any other
         took_worker_down = outcome.kind == Kind.CRASH.value and not self.alive()
         return self._crashed(outcome) if took_worker_down else self._survived(outcome)
+
+    def _outcome_of(self, pending: "Pending") -> Outcome:
+        if pending.outcome is not None:
+            return pending.outcome
+        try:
+            return Outcome.from_wire(self._receive(pending.timeout_s, pending.log_mark, pending.deadline))
+        except WorkerGone as gone:
+            self._kill()
+            return Outcome.failed(gone.kind, "run", gone.message)
+
+    def _killed_from_outside(self, outcome: Outcome) -> bool:
+        return (outcome.kind == Kind.CRASH.value and not outcome.abandoned and not self.alive()
+                and self.died_of in OUTSIDE_SIGNALS)
+
+    def _run_again_after_a_kill(self, request: dict, killed: Outcome) -> Outcome:
+        """The case once more on a fresh worker (see collect)."""
+        name = signal.Signals(self.died_of).name
+        again = self._outcome_of(self.submit(**request))
+        if self.stopping:
+            return _stopped()
+        if again.ok or again.kind == Kind.UNSUPPORTED.value:
+            again.metrics.update(killed_by=name, killed_at=killed.stage)
+        return again
 
     def _survived(self, outcome: Outcome) -> Outcome:
         self.crashes_in_a_row = 0
@@ -261,11 +324,17 @@ class RouteWorker:
     def _death_message(self, log_mark: int) -> str:
         try:
             code = self.proc.wait(timeout=10)
+            self.died_of = -code if code < 0 else None
         except subprocess.TimeoutExpired:
-            self._kill()
-            code = self.proc.returncode
+            self._kill()                 # our own SIGKILL: not a death from outside
+            code, self.died_of = self.proc.returncode, None
         how = f"killed by {signal.Signals(-code).name}" if code and code < 0 else f"exited with status {code}"
         with open(self.log_path, "rb") as log:
             log.seek(log_mark)
             tail = log.read().decode("utf-8", "replace")[-LOG_TAIL_CHARS:]
         return f"worker {how}\n{tail}".strip()
+
+
+def _stopped() -> Outcome:
+    """The outcome of a case cut short, or not started, by RouteWorker.stop: not run."""
+    return Outcome.failed(Kind.TOOL_ERROR, "start", STOPPED, abandoned=True)

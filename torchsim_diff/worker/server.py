@@ -17,6 +17,7 @@ import time
 import traceback
 
 from torchsim_diff.kinds import Kind
+from torchsim_diff.program_check import ProgramRejected, load_program
 from torchsim_diff.worker import blame, protocol
 from torchsim_diff.worker.protocol import Outcome, Request
 
@@ -111,6 +112,8 @@ class WorkerServer:
                 differs = _rerun_differs(compiled, case, ctx, outputs, inputs)
                 if differs:
                     return _outcome(Kind.NONDETERMINISTIC, "run", f"run {attempt} differs from run 1: {differs}", ctx)
+        except ProgramRejected as exc:     # never written by our registry: not the compiler's doing
+            return _tool_error("program", exc, ctx)
         except RouteFailure as failure:
             return _outcome(failure.kind, failure.stage, failure.message, ctx,
                             t_compile=time.perf_counter() - t0 if stage == "compile" else None)
@@ -132,10 +135,9 @@ class WorkerServer:
         if self.route.cacheable and key in self.cache:
             self.cache.move_to_end(key)
             return self.cache[key], 0.0
-        namespace: dict = {}
-        exec(compile(source, "<torchsim-diff program>", "exec"), namespace)
+        program = load_program(source)
         t0 = time.perf_counter()
-        compiled = self.route.compile(namespace["program"], layout.materialize_all(case), ctx)
+        compiled = self.route.compile(program, layout.materialize_all(case), ctx)
         t_compile = time.perf_counter() - t0
         if self.route.cacheable:
             self.cache[key] = compiled

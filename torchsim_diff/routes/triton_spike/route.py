@@ -20,6 +20,7 @@ link and spike (the compiling run's in t_compile's share, the checked run's in t
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import tempfile
 
@@ -44,6 +45,7 @@ class TritonSpikeRoute(TritonInterpreterRoute):
     boundary = ("inputs passed as-is; each launch sends every storage it touches whole to Spike "
                 "(descriptor = storage + offset, exact strides) and copies it back whole")
     executor = SpikeLauncher.executor
+    option_names = (*(f.name for f in dataclasses.fields(SpikeOptions)), *LAUNCHER_OPTIONS)
 
     def __init__(self, options: dict | None = None):
         super().__init__(options)
