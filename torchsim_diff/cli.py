@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import contextlib
 import os
 import re
 import signal
 import sys
-import threading
 import time
 
 from torchsim_diff import bytecode
+from torchsim_diff.interrupts import Terminated, sigterm_as_interrupt
 from torchsim_diff import options as opt
 from torchsim_diff.budget import budget_seconds
 from torchsim_diff.results import StorageError
@@ -164,10 +163,8 @@ def _run_fuzz(opts, args):
             raise UsageError(str(exc)) from None
     if result.cases == 0 and not result.interrupted and not opts.budget_s:
         # _check_filters catches the filters known to leave nothing; this is the backstop
-        raise UsageError(f"no case could be drawn with --dtype {opts.dtype}"
-                         + "".join(f" --{name} {','.join(v)}" for name, v in (("ops", opts.ops),
-                                                                            ("families", opts.families)) if v)
-                         + "; nothing ran (see `torchsim-diff ops` for each op's family and dtypes)")
+        raise UsageError(f"no case could be drawn with --dtype {opts.dtype} {_filters(opts.ops, opts.families)}"
+                         f"; nothing ran (see `torchsim-diff ops` for each op's family and dtypes)")
     return result
 
 
@@ -208,9 +205,13 @@ def _check_filters(args) -> None:
         picked = [s for s in all_ops().values()
                   if (not ops or s.name in ops) and (not families or s.family in families)]
         why = f"no op there takes dtype {args.dtype}" if picked else "none of those ops is in those families"
-        given = " ".join(f"--{name} {','.join(v)}" for name, v in (("ops", ops), ("families", families)) if v)
-        raise UsageError(f"{given} with --dtype {args.dtype} leaves nothing to draw: {why} "
+        raise UsageError(f"{_filters(ops, families)} with --dtype {args.dtype} leaves nothing to draw: {why} "
                          f"(see `torchsim-diff ops` for each op's family and dtypes)") from None
+
+
+def _filters(ops, families) -> str:
+    """--ops and --families as given, e.g. '--ops exp,log'."""
+    return " ".join(f"--{name} {','.join(v)}" for name, v in (("ops", ops), ("families", families)) if v)
 
 
 def _check_history(path: str) -> None:
@@ -598,36 +599,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt, so that the command ends the same
-    way: records kept, summary printed (exit 143 rather than 130)."""
-
-    signum = signal.SIGTERM
-
-
-def _on_sigterm(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)     # a second SIGTERM ends the process at once
-    raise Terminated
-
-
-@contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM raises Terminated in the main thread while the command runs (the handler
-    before is put back after: main() may be called in a process with its own)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def main(argv=None) -> int:
     bytecode.redirect_this_process()
     try:
-        with _sigterm_as_interrupt():
+        with sigterm_as_interrupt():
             parser = build_parser()
             parser.epilog = "\n".join(filter(None, [parser.epilog, EXIT_STATUS_HELP]))
             args = parser.parse_args(argv)

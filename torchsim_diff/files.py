@@ -82,6 +82,11 @@ def _not_regular(mode: int, cap: Cap) -> str | None:
     return f"{kind}, not a regular file; pass a {cap.what}"
 
 
+def _breaks(info: os.stat_result, cap: Cap) -> str | None:
+    """Why a file of this stat breaks the rule for `cap`, or None."""
+    return _not_regular(info.st_mode, cap) or (_over(info.st_size, cap) if info.st_size > cap.max_bytes else None)
+
+
 def _over(size: int, cap: Cap) -> str:
     return f"{_size(size) if size < cap.max_bytes * 2 else 'more than ' + _size(cap.max_bytes)} " \
            f"is over {cap.text()}"
@@ -94,8 +99,7 @@ def open_regular(path: str, cap: Cap):
     except OSError as exc:
         raise UnreadableFile(path, _os_reason(exc)) from None
     try:
-        info = os.fstat(fd)
-        why = _not_regular(info.st_mode, cap) or (_over(info.st_size, cap) if info.st_size > cap.max_bytes else None)
+        why = _breaks(os.fstat(fd), cap)
         if why:
             raise UnreadableFile(path, why)
         flags = fcntl.fcntl(fd, fcntl.F_GETFL)
@@ -117,7 +121,7 @@ def check_regular(path: str, cap: Cap) -> bool:
         return False
     except OSError as exc:
         raise UnreadableFile(path, _os_reason(exc)) from None
-    why = _not_regular(info.st_mode, cap) or (_over(info.st_size, cap) if info.st_size > cap.max_bytes else None)
+    why = _breaks(info, cap)
     if why:
         raise UnreadableFile(path, why)
     return True

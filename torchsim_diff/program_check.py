@@ -16,6 +16,7 @@ Imports only the standard library, so route workers under another interpreter ca
 from __future__ import annotations
 
 import ast
+import functools
 
 RESULT = "program"
 # Names a program may read that it does not define: the module and the one builtin the
@@ -46,32 +47,49 @@ class ProgramRejected(ValueError):
 def check_program(source: str) -> None:
     """Raise ProgramRejected unless `source` is `import torch` and one `def program(...)`
     made only of what the op registry writes."""
+    _checked_program(_text(source))
+
+
+def load_program(source: str):
+    """The `program` function of checked `source`."""
+    namespace: dict = {}
+    exec(_checked_program(_text(source)), namespace)  # noqa: S102 - only checked code objects
+    return namespace[RESULT]
+
+
+def eval_expression(expr: str, env: dict):
+    """The value of one node expression over `env` (names -> values; `torch` among them)."""
+    return eval(_checked_expression(_text(expr), frozenset(env)), dict(env))  # noqa: S307 - checked code only
+
+
+# A text is checked and compiled once: the same program is written, checked and loaded by the
+# checker, the worker and the reducer, and the generator evaluates the same node texts again
+# and again. Only texts that pass are cached (a rejection raises).
+@functools.lru_cache(maxsize=4096)
+def _checked_program(source: str):
     tree = _parse(source, "exec")
     body = tree.body
     _need(len(body) == 2 and isinstance(body[0], ast.Import) and isinstance(body[1], ast.FunctionDef),
           "a program is `import torch` and one function")
     _need([(a.name, a.asname) for a in body[0].names] == [("torch", None)], "the only import is `import torch`")
     _check_function(body[1])
+    return compile(tree, "<torchsim-diff program>", "exec")
 
 
-def load_program(source: str):
-    """The `program` function of checked `source`."""
-    check_program(source)
-    namespace: dict = {}
-    exec(compile(source, "<torchsim-diff program>", "exec"), namespace)  # noqa: S102 - checked above
-    return namespace[RESULT]
-
-
-def eval_expression(expr: str, env: dict):
-    """The value of one node expression over `env` (names -> values; `torch` among them)."""
+@functools.lru_cache(maxsize=4096)
+def _checked_expression(expr: str, names: frozenset):
     tree = _parse(expr, "eval")
-    _Checker(set(env) | FREE_NAMES).visit(tree.body)
-    return eval(compile(tree, "<torchsim-diff node>", "eval"), dict(env))  # noqa: S307 - checked above
+    _Checker(set(names) | FREE_NAMES).visit(tree.body)
+    return compile(tree, "<torchsim-diff node>", "eval")
+
+
+def _text(text) -> str:
+    if not isinstance(text, str):
+        raise ProgramRejected(f"program text must be a string, got {type(text).__name__}")
+    return text
 
 
 def _parse(text: str, mode: str) -> ast.AST:
-    if not isinstance(text, str):
-        raise ProgramRejected(f"program text must be a string, got {type(text).__name__}")
     try:
         return ast.parse(text, mode=mode)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:

@@ -29,11 +29,10 @@ the route workers are killed rather than waited for.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import random
-import signal
 import sys
-import threading
 import time
 import zlib
 
@@ -43,6 +42,7 @@ from hypothesis import HealthCheck, settings
 from torchsim_diff import bytecode, options
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 from torchsim_diff.budget import Budget, BudgetSpent, ItemClock
+from torchsim_diff.interrupts import sigterm_as_interrupt
 from torchsim_diff.kinds import Kind
 from torchsim_diff.opfigures import OpFigures
 from torchsim_diff.timeouts import SHRINK_TIMEOUT_STEPS, TimeoutPolicy
@@ -196,7 +196,7 @@ class FuzzSession:
         self._item: str | None = None            # the fuzz item running in this process
         self._claims = None
         self._progress = None
-        self._sigterm = None                     # the SIGTERM handler _take_sigterm replaced
+        self._sigterm = contextlib.ExitStack()  # SIGTERM as Ctrl-C for a fuzz run, until unconfigure
         self.op_figures = OpFigures()
 
     def _choose_seed(self, given_seed):
@@ -363,7 +363,7 @@ class FuzzSession:
         if getattr(self.config, "workerinput", None) is not None:
             return
         if self.explicit_routes:
-            self._sigterm = _take_sigterm()
+            self._sigterm.enter_context(sigterm_as_interrupt(only_over_default=True))
         from torchsim_diff.progress import Board, Display, ProgressThread
         start = self.budget.start if self.budget else time.time()
         board = Board(start, self.budget.end if self.budget else None, self._history_buckets(), self.known)
@@ -381,8 +381,7 @@ class FuzzSession:
             self._writer.close()
 
     def pytest_unconfigure(self, config):
-        if self._sigterm is not None:
-            signal.signal(signal.SIGTERM, self._sigterm)
+        self._sigterm.close()
 
     def pytest_terminal_summary(self, terminalreporter):
         if getattr(self.config, "workerinput", None):
@@ -435,24 +434,6 @@ class FuzzSession:
                 store.add(record)
         store.save()
         return store.new
-
-
-def _take_sigterm():
-    """Make SIGTERM raise KeyboardInterrupt in the main thread, so that pytest ends the session
-    as after Ctrl-C (terminal summary, our report) instead of dying without a word. Returns
-    the handler replaced, or None where SIGTERM is left alone (another handler is set, or
-    this is not the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        return None
-    signal.signal(signal.SIGTERM, _sigterm_interrupts)
-    return signal.SIG_DFL
-
-
-def _sigterm_interrupts(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)     # a second SIGTERM ends the process at once
-    raise KeyboardInterrupt(f"{signal.Signals(signum).name} received")
 
 
 def _budget_option(text):

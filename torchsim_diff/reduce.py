@@ -25,12 +25,12 @@ import time
 
 import torch
 
-from torchsim_diff import classify, layout, values
+from torchsim_diff import classify, layout, validate, values
 from torchsim_diff.check import Checker
 from torchsim_diff.graph import Case, CaseError
 from torchsim_diff.kinds import Kind
 from torchsim_diff.ops import get_op
-from torchsim_diff.program_check import eval_expression, load_program
+from torchsim_diff.program_check import load_program
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
 # Value domain an operand position needs (op name -> {position: domain}); others take "real".
@@ -227,15 +227,7 @@ def _valid_candidates(raw, current: Case):
 # -- validity --------------------------------------------------------------------------------
 def meta_results(case: Case) -> dict:
     """Meta tensors of every input and node of `case` (raises when the program is invalid)."""
-    env = {}
-    for spec in case.inputs:
-        lay = spec["layout"]
-        storage = torch.empty(lay["storage_size"], dtype=layout.dtype_of(spec["dtype"]), device="meta")
-        env[spec["name"]] = storage.as_strided(spec["shape"], lay["strides"], lay["offset"])
-    for node in case.nodes:
-        expr = get_op(node["op"]).emit(list(node["args"]), node.get("attrs", {}))
-        env[node["id"]] = eval_expression(expr, {"torch": torch, **env})
-    return env
+    return validate.meta_results(case.to_dict())
 
 
 def _is_valid(case: Case) -> bool:

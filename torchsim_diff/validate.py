@@ -85,7 +85,7 @@ def validate_case(data, *, max_elements: int = MAX_STORAGE_ELEMENTS, limits: Lim
         names[node["id"]] = node
     for position, ref in enumerate(data["outputs"]):
         _need(isinstance(ref, str) and ref in names, f"outputs[{position}]={ref!r} names no input or node")
-    _run_on_meta(data, limits)
+    meta_results(data, limits)
     try:
         return Case.from_dict(data)
     except CaseError as exc:
@@ -211,8 +211,10 @@ def _check_node(node, where: str, names: dict) -> None:
 
 
 # -- arity and attributes: the op's own code on meta tensors --------------------------------
-def _run_on_meta(data: dict, limits: Limits) -> None:
+def meta_results(data: dict, limits: Limits | None = None) -> dict:
+    """Meta tensors of every input and node of case `data` (InvalidCase when one is refused)."""
     import torch
+    limits = limits or Limits.for_this_machine()
     env = {}
     total = _Bytes(limits)
     for position, spec in enumerate(data["inputs"]):
@@ -237,6 +239,7 @@ def _run_on_meta(data: dict, limits: Limits) -> None:
                               f"{first[:300]})") from None
         for result in _tensors(env[node["id"]]):
             total.add(where, list(result.shape), result.element_size())
+    return env
 
 
 def _tensors(value) -> list:
