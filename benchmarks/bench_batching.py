@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/bench_batching.py --route inductor --cases 500 --batch 8 --jobs 1
 
 Draws the cases once (fixed seed), then each of --jobs processes takes its slice and runs it
-one at a time, then in batches of --batch (torchsim_diff.batch), each in a fresh checker
+one at a time, then in batches of --batch (torchsim_diff.run.batch), each in a fresh checker
 whose route worker is started before the clock. Prints cases/s per process (one process per
 core: cases/s per core) both ways, and whether every case got the same verdict (status,
 kind, bucket). Figures are printed, never asserted; the load average is printed with them.
@@ -17,10 +17,10 @@ import time
 
 from tabulate import tabulate
 
-from torchsim_diff.batch import check_batch
-from torchsim_diff.campaign import CampaignOptions
-from torchsim_diff.check import Checker
-from torchsim_diff.ray_campaign import draw_cases
+from torchsim_diff.run.batch import check_batch
+from torchsim_diff.campaign.fuzz import CampaignOptions
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.campaign.ray_cluster import draw_cases
 
 
 def main():

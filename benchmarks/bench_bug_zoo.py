@@ -21,7 +21,7 @@ from benchmarks.bug_zoo import planted  # noqa: E402
 
 
 def run_bug(route: str, args) -> dict:
-    from torchsim_diff.campaign import CampaignOptions, run_campaign
+    from torchsim_diff.campaign.fuzz import CampaignOptions, run_campaign
     out = tempfile.mkdtemp(prefix=f"zoo-{route}-")
     opts = CampaignOptions(routes=[route], out_dir=out, max_examples=args.cases, seed=args.seed,
                            reduce=True, reduce_budget_s=args.budget)

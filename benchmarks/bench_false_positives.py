@@ -1,5 +1,5 @@
 """False-positive benchmark: clean campaigns per route, judged by the rule with and without
-the rounding carried through the graph (torchsim_diff.judge).
+the rounding carried through the graph (torchsim_diff.judge.comparison).
 
     .venv/bin/python benchmarks/bench_false_positives.py --routes inductor,triton,mlir,spike \\
         --seeds 1,2 --cases 2000 --out reports/fp
@@ -32,11 +32,11 @@ import time
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from tabulate import tabulate
 
-from torchsim_diff import oracle
-from torchsim_diff.check import Checker
-from torchsim_diff.corpus import KNOWN, iter_entries
-from torchsim_diff.kinds import Kind
-from torchsim_diff.strategies import cases, no_local_constants
+from torchsim_diff.judge import oracle
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.triage.corpus import KNOWN, iter_entries
+from torchsim_diff.results.kinds import Kind
+from torchsim_diff.generate.strategies import cases, no_local_constants
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VALUE_KINDS = (Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH)

@@ -13,12 +13,12 @@ import time
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from torchsim_diff import second_size
-from torchsim_diff.campaign import DRAWS_PER_CASE
+from torchsim_diff.run import second_size
+from torchsim_diff.campaign.fuzz import DRAWS_PER_CASE
 from torchsim_diff.ops import all_ops
-from torchsim_diff.report import gini
+from torchsim_diff.report.tables import gini
 from torchsim_diff.routes.compile_options import dynamic_for
-from torchsim_diff.strategies import cases
+from torchsim_diff.generate.strategies import cases
 
 
 def draw(dtype: str, count: int, seed_value: int) -> list:

@@ -22,10 +22,10 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 from tests.route_doubles import DOUBLES  # noqa: E402
-from torchsim_diff import corpus, reduce  # noqa: E402
-from torchsim_diff.graph import Case  # noqa: E402
+from torchsim_diff.triage import corpus, reduce  # noqa: E402
+from torchsim_diff.case.graph import Case  # noqa: E402
 from torchsim_diff.routes import EXTRA_ROUTES_ENV  # noqa: E402
-from torchsim_diff.strategies import cases  # noqa: E402
+from torchsim_diff.generate.strategies import cases  # noqa: E402
 
 KNOWN_ARGMAX = os.path.join(REPO, "corpora", "known", "inductor-argmax-permuted-input.json")
 

@@ -32,8 +32,8 @@ def route_only_rate(route: str, seed: int, core: int, window: float, ready, star
     os.environ.update(OMP_NUM_THREADS="1", TORCHINDUCTOR_COMPILE_THREADS="1",
                       TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix=f"route-only-{route}-{core}-"))
     sys.path.insert(0, REPO)
-    from torchsim_diff.campaign import CampaignOptions
-    from torchsim_diff.ray_campaign import draw_cases
+    from torchsim_diff.campaign.fuzz import CampaignOptions
+    from torchsim_diff.campaign.ray_cluster import draw_cases
     from torchsim_diff.worker.server import WorkerServer
     cases = draw_cases(CampaignOptions(routes=[route], out_dir="."), seed, CASES_PER_PROCESS)
     server = WorkerServer(route, {})

@@ -16,7 +16,7 @@ import time
 
 from tabulate import tabulate
 
-from torchsim_diff.campaign import CampaignOptions, run_campaign
+from torchsim_diff.campaign.fuzz import CampaignOptions, run_campaign
 
 
 def main():

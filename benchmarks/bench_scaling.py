@@ -79,7 +79,7 @@ def _plugin_option() -> list:
     """Load the plugin by module where torchsim-diff is not installed (e.g. a bare checkout)."""
     from importlib.metadata import entry_points
     installed = any(e.name == "torchsim_diff" for e in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "torchsim_diff.pytest_plugin"]
+    return [] if installed else ["-p", "torchsim_diff.campaign.pytest_plugin"]
 
 
 def measure(route: str, workers: int, args) -> dict:

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-from torchsim_diff import layout  # noqa: E402
+from torchsim_diff.case import layout  # noqa: E402
 from torchsim_diff.routes import make_route  # noqa: E402
 from torchsim_diff.routes.base import RunContext, Unsupported  # noqa: E402
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, seed
 
 from torchsim_diff.ops import FAMILIES, ops_in
-from torchsim_diff.strategies import cases, no_local_constants
+from torchsim_diff.generate.strategies import cases, no_local_constants
 
 
 def _families(family: str) -> list:

@@ -12,10 +12,10 @@ import os
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from torchsim_diff.corpus import read_entry, write_atomic
-from torchsim_diff.layout import LAYOUT_CLASSES
+from torchsim_diff.triage.corpus import read_entry, write_atomic
+from torchsim_diff.case.layout import LAYOUT_CLASSES
 from torchsim_diff.ops import all_ops
-from torchsim_diff.strategies import cases
+from torchsim_diff.generate.strategies import cases
 
 
 def draw_cases(dtype: str, draws: int, max_nodes: int) -> list:

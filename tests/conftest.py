@@ -8,9 +8,9 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 import pytest  # noqa: E402
 
 from tests.route_doubles import DOUBLES
-from torchsim_diff.graph import Case
+from torchsim_diff.case.graph import Case
 from torchsim_diff.routes import EXTRA_ROUTES_ENV
-from torchsim_diff.strategies import no_local_constants
+from torchsim_diff.generate.strategies import no_local_constants
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

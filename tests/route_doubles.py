@@ -6,7 +6,7 @@ in tests/conftest.py), so they run in real worker subprocesses like any route.
 import ctypes
 import time
 
-from torchsim_diff.layout import storage_of
+from torchsim_diff.case.layout import storage_of
 from torchsim_diff.routes.base import Compiled, Route
 
 
@@ -188,13 +188,13 @@ class DiesAtStartRoute(Route):
 
 
 class AdapterBugRoute(Route):
-    """A slip in adapter code of ours: asks torchsim_diff.layout for an input spec without
+    """A slip in adapter code of ours: asks torchsim_diff.case.layout for an input spec without
     a layout, which raises KeyError inside our package (a tool_error, not a compiler bug)."""
 
     name = "double-adapter-bug"
 
     def compile(self, program, example_inputs, ctx):
-        from torchsim_diff import layout
+        from torchsim_diff.case import layout
         layout.materialize({"name": "x", "shape": [2], "dtype": "float32"}, 0, 0)
         return _Eager(program)
 

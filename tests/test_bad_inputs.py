@@ -236,7 +236,7 @@ def test_bad_case_files_in_reduce(tmp_path, capsys, content, fragment):
 
 
 def test_a_bad_case_in_the_history_is_refused_by_export(tmp_path, capsys):
-    from torchsim_diff.buckets import BucketStore
+    from torchsim_diff.triage.bucket_history import BucketStore
     store = BucketStore(str(tmp_path / "h.sqlite"))
     record = {"bucket": "b1", "route": "eager", "kind": "wrong_values", "status": "fail",
               "case": with_input(storage_size=10**12)}

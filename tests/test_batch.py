@@ -1,11 +1,11 @@
-"""Batching (torchsim_diff.batch): cases compiled together keep the verdicts they get alone."""
+"""Batching (torchsim_diff.run.batch): cases compiled together keep the verdicts they get alone."""
 import pytest
 
-from torchsim_diff.batch import check_batch, combine
-from torchsim_diff.campaign import CampaignOptions
-from torchsim_diff.check import Checker
-from torchsim_diff.layout import materialize_all, storage_of
-from torchsim_diff.ray_campaign import draw_cases
+from torchsim_diff.run.batch import check_batch, combine
+from torchsim_diff.campaign.fuzz import CampaignOptions
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.case.layout import materialize_all, storage_of
+from torchsim_diff.campaign.ray_cluster import draw_cases
 from tests.conftest import make_case
 
 
@@ -63,7 +63,7 @@ def test_a_batch_that_does_not_compile_is_rerun_case_by_case(cases, tmp_path, do
 
 @pytest.mark.slow
 def test_a_batched_campaign_runs_the_same_cases_with_the_same_verdicts(tmp_path):
-    from torchsim_diff.campaign import run_campaign
+    from torchsim_diff.campaign.fuzz import run_campaign
     runs = [run_campaign(CampaignOptions(routes=["eager"], out_dir=str(tmp_path / str(b)), max_examples=7, seed=4,
                                          max_nodes=3, batch=b)) for b in (1, 3)]
     assert [r.cases for r in runs] == [7, 7]

@@ -1,8 +1,8 @@
 """Budgets, item clocks and adaptive timeouts: pure logic, driven by explicit clocks."""
 import pytest
 
-from torchsim_diff.budget import Budget, BudgetSpent, ItemClock, parse_duration
-from torchsim_diff.timeouts import FLOOR_S, MIN_SAMPLES, P99_FACTOR, SHRINK_TIMEOUT_STEPS, TimeoutPolicy
+from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, parse_duration
+from torchsim_diff.run.adaptive_timeouts import FLOOR_S, MIN_SAMPLES, P99_FACTOR, SHRINK_TIMEOUT_STEPS, TimeoutPolicy
 
 
 @pytest.mark.parametrize("text, seconds", [("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1.5h", 5400.0)])

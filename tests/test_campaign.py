@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from torchsim_diff.campaign import CampaignOptions, run_campaign
+from torchsim_diff.campaign.fuzz import CampaignOptions, run_campaign
 from torchsim_diff.cli import main
-from torchsim_diff.results import read_records
+from torchsim_diff.results.jsonl import read_records
 
 pytestmark = pytest.mark.slow
 STABLE = ("case_id", "graph_hash", "route", "status", "kind", "bucket", "max_abs_err", "max_ulp")
@@ -76,7 +76,7 @@ def test_second_campaign_says_which_buckets_are_new(tmp_path, double_routes):
     first = run_campaign(CampaignOptions(out_dir=str(tmp_path / "a"), seed=1, **common))
     second = run_campaign(CampaignOptions(out_dir=str(tmp_path / "b"), seed=2, **common))
     assert len(first.new_buckets) == 1 and second.new_buckets == set()
-    from torchsim_diff.buckets import BucketStore
+    from torchsim_diff.triage.bucket_history import BucketStore
     saved = BucketStore(store).buckets
     (entry,) = saved.values()
     assert entry["count"] == 6 and entry["size"][0] == 1
@@ -104,7 +104,7 @@ def test_reduce_command_shrinks_and_refuses_a_passing_case(tmp_path, double_rout
     output = tmp_path / "reduced.json"
     assert main(["reduce", seed_entry, "--route", "double-wrong-element", "--out", str(tmp_path / "b"),
                  "--output", str(output)]) == 0
-    from torchsim_diff.graph import Case
+    from torchsim_diff.case.graph import Case
     assert len(Case.from_json(output.read_text()).nodes) <= 3
 
 

@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from torchsim_diff.classify import finding_type
-from torchsim_diff.corpus import KNOWN, SEED, iter_entries
-from torchsim_diff.replay import replay_entry
+from torchsim_diff.triage.signatures import finding_type
+from torchsim_diff.triage.corpus import KNOWN, SEED, iter_entries
+from torchsim_diff.triage.corpus_replay import replay_entry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORPORA = os.path.join(REPO, "corpora")
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.corpus]
 
 @pytest.fixture(scope="session")
 def corpus_checker(tmp_path_factory):
-    from torchsim_diff.check import Checker
+    from torchsim_diff.run.checker import Checker
     with Checker(out_dir=str(tmp_path_factory.mktemp("corpus"))) as checker:
         yield checker
 

@@ -15,10 +15,10 @@ import time
 import pytest
 
 from tests.conftest import REPO, make_case
-from torchsim_diff.buckets import BucketStore
-from torchsim_diff.check import Checker
-from torchsim_diff.kinds import Kind, Status
-from torchsim_diff.results import ResultsWriter, read_all, read_records
+from torchsim_diff.triage.bucket_history import BucketStore
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.results.kinds import Kind, Status
+from torchsim_diff.results.jsonl import ResultsWriter, read_all, read_records
 
 pytestmark = pytest.mark.slow
 
@@ -274,7 +274,7 @@ def test_an_exception_in_the_oracle_is_a_tool_error_and_eager_rejecting_is_inval
                                                                                         add_case):
     import types
 
-    from torchsim_diff import oracle
+    from torchsim_diff.judge import oracle
     bad_shapes = make_case(nodes=[{"id": "v0", "op": "add", "args": ["x0", "x1"], "attrs": {}}],
                            inputs=[("x0", [2, 3], [3, 1], 0, 6, {}), ("x1", [4], [1], 0, 4, {})], outputs=["v0"])
     with Checker(out_dir=str(tmp_path)) as checker:
@@ -388,7 +388,7 @@ def test_workers_killed_mid_case_three_times_cost_only_their_cases(tmp_path, fau
 
 def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_were(tmp_path, fault_routes,
                                                                                   monkeypatch):
-    from torchsim_diff.reduce import Refiner
+    from torchsim_diff.triage.reduce import Refiner
     monkeypatch.setenv("DOUBLE_CASE_S", "0.1")
     options = ("--max-examples", "4", "--max-nodes", "3", "--seed", "1", "--reduce-budget", "600")
     undisturbed = _fuzz_here(tmp_path / "undisturbed", "double-marked-wrong", *options)
@@ -424,8 +424,8 @@ def _verdicts(records) -> list:
 
 
 def test_a_failure_that_does_not_fail_again_is_kept_as_found_and_the_run_goes_on(tmp_path, add_case):
-    from torchsim_diff.check import Verdict
-    from torchsim_diff.reduce import Refiner
+    from torchsim_diff.run.checker import Verdict
+    from torchsim_diff.triage.reduce import Refiner
     flaky = Verdict(add_case, "eager", Status.FAIL, Kind.CRASH, "run", "worker killed by SIGSEGV")
     with Checker(out_dir=str(tmp_path)) as checker:
         fields = Refiner(checker, budget_s=30).refine(flaky)
@@ -458,7 +458,7 @@ def test_a_signal_mid_campaign_leaves_whole_records_and_prints_the_summary(tmp_p
 
 PYTEST_SUITE = '''
 from hypothesis import given, seed
-from torchsim_diff.strategies import cases
+from torchsim_diff.generate.strategies import cases
 
 def test_fuzz(torchsim_session, fuzz_route):
     torchsim_session.require(fuzz_route)

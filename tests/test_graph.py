@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from torchsim_diff import layout
-from torchsim_diff.graph import Case, CaseError
+from torchsim_diff.case import layout
+from torchsim_diff.case.graph import Case, CaseError
 
 
 def test_json_round_trip_keeps_identity(add_case):
@@ -95,7 +95,7 @@ def test_layout_classes_follow_the_geometry(shape, strides, offset, mutated, exp
 
 
 def test_the_case_byte_limit_follows_the_environment(monkeypatch, add_case):
-    from torchsim_diff.validate import MAX_CASE_BYTES_ENV, InvalidCase, Limits, validate_case
+    from torchsim_diff.case.validate import MAX_CASE_BYTES_ENV, InvalidCase, Limits, validate_case
     assert Limits.for_this_machine().case_bytes >= 2**26
     validate_case(add_case.to_dict())
     monkeypatch.setenv(MAX_CASE_BYTES_ENV, "200")

@@ -223,7 +223,7 @@ def _make_world(w: World) -> None:
 
 def _history(w: World, name: str, record: dict, *, record_sql: str | None = None) -> str:
     """A bucket history holding `record`; `record_sql` replaces its stored JSON as a crafted file would."""
-    from torchsim_diff.buckets import BucketStore
+    from torchsim_diff.triage.bucket_history import BucketStore
     path = os.path.join(w.root, name)
     store = BucketStore(path)
     store.add(record)
@@ -533,7 +533,7 @@ def test_a_bad_line_among_good_ones_is_skipped_and_counted(world, tmp_path, caps
 
 def test_records_store_artifacts_relative_to_their_run_folder(tmp_path):
     """Written relative (a run folder can move), read back absolute inside it."""
-    from torchsim_diff.results import ResultsWriter, read_records
+    from torchsim_diff.results.jsonl import ResultsWriter, read_records
     run = tmp_path / "run"
     (run / "artifacts" / "inductor" / "c1").mkdir(parents=True)
     with ResultsWriter(str(run / "results.jsonl")) as writer:
@@ -563,7 +563,7 @@ def test_an_old_record_with_an_absolute_artifact_folder_still_exports(world, tmp
 
 
 def test_an_old_record_with_artifacts_relative_to_where_the_campaign_ran_still_resolves(tmp_path, monkeypatch):
-    from torchsim_diff.results import read_records
+    from torchsim_diff.results.jsonl import read_records
     run = tmp_path / "reports" / "run1"
     (run / "artifacts" / "inductor" / "c1").mkdir(parents=True)
     (run / "results.jsonl").write_text(json.dumps({**RECORD, "artifacts": "reports/run1/artifacts/inductor/c1"}) + "\n")

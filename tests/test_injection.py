@@ -16,13 +16,13 @@ import sys
 import pytest
 
 from torchsim_diff import cli
-from torchsim_diff.buckets import BucketStore
-from torchsim_diff.corpus import CorruptEntry, read_entry
-from torchsim_diff.graph import CaseError
-from torchsim_diff.layout import materialize_all
-from torchsim_diff.program_check import load_program
-from torchsim_diff.repro import BundleError, entry_record, write_bundle
-from torchsim_diff.validate import validate_case
+from torchsim_diff.triage.bucket_history import BucketStore
+from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+from torchsim_diff.case.graph import CaseError
+from torchsim_diff.case.layout import materialize_all
+from torchsim_diff.case.program_check import load_program
+from torchsim_diff.report.bundles import BundleError, entry_record, write_bundle
+from torchsim_diff.case.validate import validate_case
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from torchsim_diff import judge
+from torchsim_diff.judge import comparison
 
 F = torch.nn.functional
 
@@ -20,11 +20,11 @@ def _inputs(*shapes, dtype=torch.float32, seed=0, low=-3.0, high=3.0):
 def _references(program, inputs, dtype):
     truth = program(*inputs)
     eager = program(*[x.to(dtype) for x in inputs])
-    return truth, eager, judge.carried(program, inputs, dtype)
+    return truth, eager, comparison.carried(program, inputs, dtype)
 
 
 def _judge(got, eager, truth, allowance, i=0, *, carried=True):
-    return judge.compare(got, eager, truth, carried=allowance.outputs[i] if carried else None,
+    return comparison.compare(got, eager, truth, carried=allowance.outputs[i] if carried else None,
                          sensitivity=allowance.sensitivity[i], unstable=allowance.unstable[i],
                          overflow=allowance.overflow[i] if carried else None)
 
@@ -120,7 +120,7 @@ def _well_conditioned(x, y):
 def test_on_a_well_conditioned_graph_the_carried_allowance_is_a_few_ulp(dtype):
     x, y = _inputs([200], [200], dtype=dtype, low=0.0, high=1.0, seed=1)
     (truth,), (eager,), allowance = _references(_well_conditioned, [x, y], dtype)
-    ulps = allowance.outputs[0] / judge.ulp(truth, dtype)
+    ulps = allowance.outputs[0] / comparison.ulp(truth, dtype)
     assert float(ulps.max()) <= 4.0 + 1e-6          # two nodes, at most 2 ulp each (eps * |result|)
     assert set(allowance.by_op) == {"exp", "mul"}
 
@@ -129,8 +129,8 @@ def test_on_a_well_conditioned_graph_the_carried_allowance_is_a_few_ulp(dtype):
 def test_a_kernel_just_past_the_rule_still_fails(dtype):
     x, y = _inputs([200], [200], dtype=dtype, low=0.0, high=1.0, seed=1)
     (truth,), (eager,), allowance = _references(_well_conditioned, [x, y], dtype)
-    allowed = judge.allowed_error(eager, truth, carried=allowance.outputs[0], sensitivity=allowance.sensitivity[0])
-    spacing = judge.ulp(truth, dtype)
+    allowed = comparison.allowed_error(eager, truth, carried=allowance.outputs[0], sensitivity=allowance.sensitivity[0])
+    spacing = comparison.ulp(truth, dtype)
     route = (truth + allowed + 2 * spacing).to(dtype)                # 2 ulp beyond everything allowed
     found, _ = _judge(route, eager, truth, allowance)
     assert found.kind == "wrong_values" and "Mismatched elements: 200 / 200" in found.message
@@ -232,7 +232,7 @@ def test_variance_of_a_large_mean_allows_two_pass_and_welford_rounding_and_fails
 def test_integer_programs_carry_nothing():
     def program(x):
         return (torch.sum(torch.mul(x, x)),)
-    allowance = judge.carried(program, [torch.arange(6)], torch.int64)
+    allowance = comparison.carried(program, [torch.arange(6)], torch.int64)
     assert allowance.outputs[0].item() == 0.0 and allowance.by_op == {}
 
 
@@ -241,9 +241,9 @@ def test_mutated_inputs_carry_their_rounding():
         x.mul_(y)
         return (torch.exp(x),)
     x, y = _inputs([5], [5], low=1.0, high=2.0)
-    allowance = judge.carried(program, [x, y], torch.float32)
+    allowance = comparison.carried(program, [x, y], torch.float32)
     final = (x * y).float().double()
-    assert bool((allowance.inputs[0] > 0).all()) and bool((allowance.inputs[0] <= 2.1 * judge.ulp(final, torch.float32)).all())
+    assert bool((allowance.inputs[0] > 0).all()) and bool((allowance.inputs[0] <= 2.1 * comparison.ulp(final, torch.float32)).all())
     assert float(allowance.inputs[1].max()) == 0.0
 
 
@@ -253,23 +253,23 @@ def test_ulp_is_measured_against_the_truth_floored_at_the_smallest_normal_and_ab
     truth = torch.tensor([0.0, 1e-42, 1.0], dtype=torch.float64)
     step = torch.nextafter(torch.tensor(0.0), torch.tensor(1.0))            # the smallest subnormal
     route = torch.tensor([float(step), 1e-42, 1.0], dtype=torch.float32)
-    _, stats = judge.compare(route, truth.float(), truth)
+    _, stats = comparison.compare(route, truth.float(), truth)
     assert stats.max_ulp == pytest.approx(1.0)                   # one step at zero is one ulp, not infinity
-    assert float(judge.ulp(truth, torch.float32)[0]) == info.smallest_normal * info.eps
-    _, exact = judge.compare(torch.tensor([7]), torch.tensor([7]), torch.tensor([7]))
+    assert float(comparison.ulp(truth, torch.float32)[0]) == info.smallest_normal * info.eps
+    _, exact = comparison.compare(torch.tensor([7]), torch.tensor([7]), torch.tensor([7]))
     assert exact.max_ulp is None
-    _, flags = judge.compare(torch.tensor([True]), torch.tensor([True]), torch.tensor([True]))
+    _, flags = comparison.compare(torch.tensor([True]), torch.tensor([True]), torch.tensor([True]))
     assert flags.max_ulp is None
 
 
 def test_where_float64_overflows_the_dtype_any_nonfinite_passes_and_a_finite_value_fails():
     # A conv sum of near-overflow terms: float64 gives 7.2e75, eager -Inf, another order NaN.
     eager, truth = torch.tensor([1.0, -math.inf]), torch.tensor([1.0, 7.2e75], dtype=torch.float64)
-    assert judge.compare(torch.tensor([1.0, math.nan]), eager, truth)[0] is None
-    assert judge.compare(torch.tensor([1.0, math.inf]), eager, truth)[0] is None
-    assert judge.compare(torch.tensor([1.0, 3.0e38]), eager, truth)[0].kind == "nonfinite_mismatch"
+    assert comparison.compare(torch.tensor([1.0, math.nan]), eager, truth)[0] is None
+    assert comparison.compare(torch.tensor([1.0, math.inf]), eager, truth)[0] is None
+    assert comparison.compare(torch.tensor([1.0, 3.0e38]), eager, truth)[0].kind == "nonfinite_mismatch"
     in_range = torch.tensor([1.0, 2.0], dtype=torch.float64)      # no overflow in float64: NaN still fails
-    assert judge.compare(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0]), in_range)[0].kind == "nonfinite_mismatch"
+    assert comparison.compare(torch.tensor([1.0, math.nan]), torch.tensor([1.0, 2.0]), in_range)[0].kind == "nonfinite_mismatch"
 
 
 def _sum_of(x):
@@ -375,9 +375,9 @@ def test_a_log_softmax_whose_shifted_values_stay_below_max_must_stay_finite():
 def test_a_value_whose_allowance_reaches_the_dtypes_max_may_round_to_infinity_and_one_far_from_it_may_not():
     top, eps = torch.finfo(torch.float32).max, torch.finfo(torch.float32).eps
     near, far = torch.tensor([top * (1 - 4 * eps)], dtype=torch.float64), torch.tensor([1e38], dtype=torch.float64)
-    assert judge.compare(torch.tensor([math.inf]), near.float(), near)[0] is None
-    assert judge.compare(torch.tensor([math.inf]), far.float(), far)[0].kind == "nonfinite_mismatch"
-    assert judge.compare(torch.tensor([-math.inf]), near.float(), near)[0] is None   # either sign: order-dependent
+    assert comparison.compare(torch.tensor([math.inf]), near.float(), near)[0] is None
+    assert comparison.compare(torch.tensor([math.inf]), far.float(), far)[0].kind == "nonfinite_mismatch"
+    assert comparison.compare(torch.tensor([-math.inf]), near.float(), near)[0] is None   # either sign: order-dependent
 
 
 @pytest.mark.parametrize("got,want,kind,fragment", [
@@ -387,12 +387,12 @@ def test_a_value_whose_allowance_reaches_the_dtypes_max_may_round_to_infinity_an
     (torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]), "wrong_values", "at index (1,)"),
 ], ids=["shape", "dtype", "nan", "value"])
 def test_each_mismatch_has_its_kind_and_message(got, want, kind, fragment):
-    found, _ = judge.compare(got, want, want.double())
+    found, _ = comparison.compare(got, want, want.double())
     assert found.kind == kind and fragment in found.message
 
 
 def test_the_judge_imports_only_the_standard_library_and_torch():
-    path = os.path.join(os.path.dirname(judge.__file__), "judge.py")
+    path = comparison.__file__
     with open(path) as f:
         tree = ast.parse(f.read())
     roots = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
@@ -403,8 +403,8 @@ def test_the_judge_imports_only_the_standard_library_and_torch():
 # -- the two cases, end to end on the routes that reported them -------------------------
 def _with_values(nodes, inputs, datas):
     from tests.conftest import make_case
-    from torchsim_diff.graph import Case
-    from torchsim_diff.values import encode
+    from torchsim_diff.case.graph import Case
+    from torchsim_diff.case.values import encode
     data = make_case(nodes=nodes, inputs=inputs, outputs=[nodes[-1]["id"]]).to_dict()
     for spec, values in zip(data["inputs"], datas):
         spec["data"] = encode(values)
@@ -432,7 +432,7 @@ def _exp_of_a_sum_case():
 
 @pytest.fixture(scope="module")
 def checker(tmp_path_factory):
-    from torchsim_diff.check import Checker
+    from torchsim_diff.run.checker import Checker
     with Checker(out_dir=str(tmp_path_factory.mktemp("judge-routes"))) as shared:
         yield shared
 

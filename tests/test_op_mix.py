@@ -1,7 +1,7 @@
 """The mix table's balance figures: Gini of nodes per op, min/median/max, tail shares."""
 import pytest
 
-from torchsim_diff.report import gini, mix_rows
+from torchsim_diff.report.tables import gini, mix_rows
 
 
 @pytest.mark.parametrize("counts,expected", [([5, 5, 5, 5], 0.0), ([0, 0, 0, 12], 0.75), ([], 0.0), ([1, 3], 0.25)])

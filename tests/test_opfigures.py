@@ -3,11 +3,11 @@ import pytest
 import torch
 
 from tests.conftest import make_case
-from torchsim_diff import report
-from torchsim_diff.check import Checker
-from torchsim_diff.graph import Case
-from torchsim_diff.opfigures import OpFigures
-from torchsim_diff.values import encode
+from torchsim_diff.report import tables
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.case.graph import Case
+from torchsim_diff.judge.op_figures import OpFigures
+from torchsim_diff.case.values import encode
 
 pytestmark = pytest.mark.slow
 X0 = ("x0", [8], [1], 0, 8, {})
@@ -34,5 +34,5 @@ def test_an_op_beside_an_ill_conditioned_one_keeps_its_own_figures(tmp_path):
     assert figures["tanh"]["max_ulp"] == tanh_alone.stats.max_ulp
     assert figures["prod"]["max_abs_err"] == verdict.stats.max_abs_err
     record = {**verdict.record(), "op_errors": figures}
-    rows = {row["op"]: row for row in report.tolerance_rows([record])}
+    rows = {row["op"]: row for row in tables.tolerance_rows([record])}
     assert rows["tanh"]["max abs err"] == tanh_alone.stats.max_abs_err

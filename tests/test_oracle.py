@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from torchsim_diff import oracle
-from torchsim_diff.kinds import Kind
+from torchsim_diff.judge import oracle
+from torchsim_diff.results.kinds import Kind
 
 
 def _compare(got, want, truth):
@@ -80,8 +80,8 @@ def test_same_bits_distinguishes_negative_zero():
 
 def _layer_norm_of_constant_rows():
     from tests.conftest import make_case
-    from torchsim_diff.graph import Case
-    from torchsim_diff.values import encode
+    from torchsim_diff.case.graph import Case
+    from torchsim_diff.case.values import encode
     case = make_case(nodes=[{"id": "v0", "op": "layer_norm", "args": ["x0"], "attrs": {"normalized_shape": [5]}}],
                      inputs=[("x0", [3, 5], [0, 0], 0, 1, {"classes": ["broadcast"]})], outputs=["v0"])
     data = case.to_dict()

@@ -6,10 +6,10 @@ import collections
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
-from torchsim_diff import strategies
+from torchsim_diff.generate import strategies
 from torchsim_diff.ops import all_ops
 from torchsim_diff.ops.attrs import check_attrs
-from torchsim_diff.program_check import ProgramRejected, check_program, eval_expression, load_program
+from torchsim_diff.case.program_check import ProgramRejected, check_program, eval_expression, load_program
 
 DTYPES = ("float32", "float16", "bfloat16", "int32", "int64")
 

@@ -2,7 +2,7 @@
 import io
 import json
 
-from torchsim_diff.progress import PLAIN_EVERY_S, Board, Display, ResultsTail
+from torchsim_diff.campaign.progress import PLAIN_EVERY_S, Board, Display, ResultsTail
 
 
 def _rec(route, status="pass", bucket=None, known=False):

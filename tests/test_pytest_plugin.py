@@ -11,7 +11,7 @@ pytestmark = pytest.mark.slow
 
 SUITE = '''
 from hypothesis import given, seed
-from torchsim_diff.strategies import cases
+from torchsim_diff.generate.strategies import cases
 
 def test_fuzz(torchsim_session, fuzz_route):
     torchsim_session.require(fuzz_route)
@@ -68,7 +68,7 @@ def test_a_budget_ends_items_as_passed_and_progress_lines_are_printed(suite):
 
 
 def test_known_bucket_is_recorded_not_raised(suite, tmp_path):
-    from torchsim_diff.classify import bucket_of, signature
+    from torchsim_diff.triage.signatures import bucket_of, signature
     known = tmp_path / "known"
     known.mkdir()
     bucket = bucket_of(signature("double-wrong-element", "wrong_values", "", "relu", "output 0"))

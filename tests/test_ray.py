@@ -14,8 +14,8 @@ import types
 import pytest
 
 from tests.conftest import REPO
-from torchsim_diff.campaign import CampaignOptions
-from torchsim_diff.ray_campaign import (CONNECT_TIMEOUT_S, Driver, plan_shards, run_ray_campaign, run_shards_here,
+from torchsim_diff.campaign.fuzz import CampaignOptions
+from torchsim_diff.campaign.ray_cluster import (CONNECT_TIMEOUT_S, Driver, plan_shards, run_ray_campaign, run_shards_here,
                                         shard_seed)
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'torchsim-diff[ray]'")
@@ -170,15 +170,15 @@ class _FakeRay:
 
 
 def test_an_actor_that_stops_answering_loses_its_shard_to_another(options, monkeypatch):
-    from torchsim_diff import ray_campaign
-    monkeypatch.setattr(ray_campaign, "step_timeout_s", lambda opts: 0.5)
+    from torchsim_diff.campaign import ray_cluster
+    monkeypatch.setattr(ray_cluster, "step_timeout_s", lambda opts: 0.5)
     plan = plan_shards(5, 6, 3)
     accepted = []
     driver = types.SimpleNamespace(accept=lambda records, node: accepted.extend(records),
                                    result=types.SimpleNamespace(notes=[]), opts=options)
     fake = _FakeRay(silent={1})
     started = time.monotonic()
-    ray_campaign._dispatch(fake, options, plan, 2, driver)
+    ray_cluster._dispatch(fake, options, plan, 2, driver)
     assert time.monotonic() - started < 10
     assert sorted(r["case"] for r in accepted) == ["0/0", "0/1", "1/0", "1/1", "2/0", "2/1"]
     (note,) = driver.result.notes

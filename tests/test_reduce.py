@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from tests.conftest import make_case
-from torchsim_diff import layout, reduce
-from torchsim_diff.check import Checker
+from torchsim_diff.case import layout
+from torchsim_diff.triage import reduce
+from torchsim_diff.run.checker import Checker
 
 
 def _padded_case(with_exp: bool = False):
@@ -163,7 +164,7 @@ def test_dropping_a_whole_input_write_rewires_its_readers_to_the_input():
 
 def test_value_simplification_leaves_aliasing_inputs_alone():
     from tests.conftest import make_case
-    from torchsim_diff import reduce
+    from torchsim_diff.triage import reduce
     case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [3, 4], [0, 1], 0, 4, {"classes": ["broadcast"]})], outputs=["v0"], seed=5)
     candidates = list(reduce._simplify_values(case))      # used to raise on the stride-0 view
@@ -201,7 +202,7 @@ def test_one_layout_bug_through_two_ops_lands_in_one_bucket(zoo_routes, tmp_path
 
 
 def test_a_failure_that_reduces_to_a_known_bugs_case_is_that_known_bug(zoo_routes, tmp_path):
-    from torchsim_diff.campaign import refine_unless_known
+    from torchsim_diff.campaign.fuzz import refine_unless_known
     transposed = ("x0", [4, 3], [1, 4], 0, 12, {"classes": ["transposed"]})
     sin = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}}], [transposed], ["v0"])
     sin_then_relu = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}},

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from torchsim_diff import report
+from torchsim_diff.report import tables
 
 
 def _record(route, status, ops, err=1e-7, kind=None, bucket=None, case_id="c", n_nodes=2, layouts=("contiguous",)):
@@ -26,7 +26,7 @@ RECORDS = [
 
 
 def test_summary_counts_statuses_and_buckets():
-    (inductor, triton) = report.summary_rows(RECORDS)
+    (inductor, triton) = tables.summary_rows(RECORDS)
     assert (inductor["cases"], inductor["pass"], inductor["fail"], inductor["buckets"]) == (4, 2, 2, 1)
     assert inductor["harness %"] == 5.0 and triton["unsupported"] == 1
 
@@ -34,20 +34,20 @@ def test_summary_counts_statuses_and_buckets():
 def test_harness_share_leaves_out_worker_start_up_and_localising_failures():
     started = dict(RECORDS[0], t_case=6.0, t_start=4.0)            # its first case started the worker
     localised = dict(RECORDS[2], t_case=3.0, t_diagnose=1.0)
-    (inductor,) = report.summary_rows([started, RECORDS[1], localised, RECORDS[3]])
+    (inductor,) = tables.summary_rows([started, RECORDS[1], localised, RECORDS[3]])
     assert inductor["harness %"] == 5.0
     assert (inductor["start-up s"], inductor["localising s"]) == (4.0, 1.0)
 
 
 def test_tolerance_table_takes_the_worst_error_per_route_op_dtype():
-    rows = {(r["route"], r["op"]): r for r in report.tolerance_rows(RECORDS)}
+    rows = {(r["route"], r["op"]): r for r in tables.tolerance_rows(RECORDS)}
     assert rows[("inductor", "relu")]["max abs err"] == 5e-7 and rows[("inductor", "relu")]["cases"] == 2
     assert rows[("inductor", "argmax")]["passed"] == 0
     assert ("triton", "mm") not in rows                  # unsupported cases say nothing about tolerance
 
 
 def test_bucket_table_counts_and_keeps_the_smallest_case():
-    (row,) = report.bucket_rows(RECORDS)
+    (row,) = tables.bucket_rows(RECORDS)
     assert (row["bucket"], row["count"], row["smallest (nodes)"]) == ("b1", 2, 2)
 
 
@@ -61,19 +61,19 @@ def test_bucket_table_puts_distinct_bugs_first():
     records = [_refined("s1", "add", ["strided"], "a"), _refined("s1", "add", ["strided"], "b"),
                _refined("s1", "add", ["strided"], "c"), _refined("s2", "sub", ["strided"], "d"),
                _refined("s2", "sub", ["strided"], "e"), _refined("n1", "minimum", [], "f", "nonfinite_mismatch")]
-    assert [row["bucket"] for row in report.bucket_rows(records)] == ["s1", "n1", "s2"]
-    assert [row["bucket"] for row in report.new_bucket_rows(records, {"s1", "s2", "n1"})] == ["s1", "n1", "s2"]
+    assert [row["bucket"] for row in tables.bucket_rows(records)] == ["s1", "n1", "s2"]
+    assert [row["bucket"] for row in tables.new_bucket_rows(records, {"s1", "s2", "n1"})] == ["s1", "n1", "s2"]
 
 
 def test_coverage_counts_op_by_layout_class():
-    rows = {r["op"]: r for r in report.coverage_rows(RECORDS)}
+    rows = {r["op"]: r for r in tables.coverage_rows(RECORDS)}
     assert rows["relu"]["transposed"] == 1 and rows["relu"]["contiguous"] == 1 and rows["mm"]["inout"] == 0
 
 
-@pytest.mark.parametrize("fmt", report.FORMATS)
+@pytest.mark.parametrize("fmt", tables.FORMATS)
 def test_every_format_renders_every_row(fmt):
-    rows = report.summary_rows(RECORDS)
-    text = report.render(rows, fmt, "Summary")
+    rows = tables.summary_rows(RECORDS)
+    text = tables.render(rows, fmt, "Summary")
     if fmt == "json":
         assert json.loads(text) == rows
     elif fmt == "csv":
@@ -83,10 +83,10 @@ def test_every_format_renders_every_row(fmt):
 
 
 def test_html_page_has_error_distribution_plots():
-    page = report.html_page(RECORDS)
+    page = tables.html_page(RECORDS)
     assert page.count("<svg") == 1 and "inductor" in page and "<table" in page
 
 
 def test_unknown_format_is_refused():
     with pytest.raises(ValueError, match="format='pdf'"):
-        report.render([], "pdf")
+        tables.render([], "pdf")

@@ -12,11 +12,13 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from torchsim_diff import judge, layout, repro
-from torchsim_diff.check import Checker
-from torchsim_diff.corpus import read_entry
-from torchsim_diff.graph import Case
-from torchsim_diff.kinds import Kind
+from torchsim_diff.judge import comparison
+from torchsim_diff.case import layout
+from torchsim_diff.report import bundles
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.triage.corpus import read_entry
+from torchsim_diff.case.graph import Case
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes import EXTRA_ROUTES_ENV
 
 KNOWN = os.path.join(REPO, "corpora", "known", "inductor-argmax-permuted-input.json")
@@ -101,9 +103,9 @@ def inductor_record(tmp_path_factory):
 # -- end to end ------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_known_bug_reproduces_in_torch_only_venv_and_passing_case_does_not(inductor_record, torch_venv, tmp_path):
-    failing = repro.write_bundle(inductor_record, str(tmp_path / "failing"))
+    failing = bundles.write_bundle(inductor_record, str(tmp_path / "failing"))
     # The same record after the case became one inductor gets right (a fixed bug looks like this).
-    passing = repro.write_bundle(dict(inductor_record, case=read_entry(SEED).case.to_dict()), str(tmp_path / "passing"))
+    passing = bundles.write_bundle(dict(inductor_record, case=read_entry(SEED).case.to_dict()), str(tmp_path / "passing"))
     with ThreadPoolExecutor(2) as pool:
         bug, fixed = pool.map(lambda b: _run_script(torch_venv, b), [failing, passing])
     assert bug.returncode == 1, bug.stdout + bug.stderr
@@ -116,9 +118,9 @@ def test_known_bug_reproduces_in_torch_only_venv_and_passing_case_does_not(induc
 @pytest.mark.slow
 def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_case, tmp_path):
     pytest.importorskip("torch_mlir.execution_engine")
-    record = repro.entry_record(read_entry(os.path.join(REPO, "corpora", "known", "mlir-minimum-nan.json")))
-    failing = repro.write_bundle(record, str(tmp_path / "failing"))
-    passing = repro.write_bundle(dict(record, case=add_case.to_dict()), str(tmp_path / "passing"))
+    record = bundles.entry_record(read_entry(os.path.join(REPO, "corpora", "known", "mlir-minimum-nan.json")))
+    failing = bundles.write_bundle(record, str(tmp_path / "failing"))
+    passing = bundles.write_bundle(dict(record, case=add_case.to_dict()), str(tmp_path / "passing"))
     with ThreadPoolExecutor(2) as pool:
         bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
     assert bug.returncode == 1, bug.stdout + bug.stderr
@@ -141,16 +143,16 @@ def test_torch_only_venv_cannot_import_the_harness(torch_venv):
 def test_missing_torch_exits_2(add_case, tmp_path):
     bare = str(tmp_path / "bare")
     venv.EnvBuilder(with_pip=False, symlinks=True, clear=True).create(bare)
-    bundle = repro.write_bundle(_record(add_case), str(tmp_path / "b"))
+    bundle = bundles.write_bundle(_record(add_case), str(tmp_path / "b"))
     done = _run_script(os.path.join(bare, "bin", "python"), bundle)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot run here: No module named 'torch'" in done.stdout
 
 
 def test_hang_runs_in_a_child_with_a_time_limit_that_passes_its_exit_status_on(add_case, tmp_path):
-    bundle = repro.write_bundle(_record(add_case, route="eager", kind="timeout"), str(tmp_path / "b"))
+    bundle = bundles.write_bundle(_record(add_case, route="eager", kind="timeout"), str(tmp_path / "b"))
     script = open(os.path.join(bundle, "repro.py")).read()
-    assert f"timeout={repro.HANG_S}" in script and "REPRODUCES: no result within" in script
+    assert f"timeout={bundles.HANG_S}" in script and "REPRODUCES: no result within" in script
     done = _run_script(sys.executable, bundle)          # eager finishes: the child's exit 0 comes back
     assert done.returncode == 0 and "FIXED" in done.stdout, done.stdout + done.stderr
 
@@ -158,11 +160,11 @@ def test_hang_runs_in_a_child_with_a_time_limit_that_passes_its_exit_status_on(a
 def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_where_it_is_missing(
         add_case, tmp_path, double_routes, capsys, monkeypatch):
     record = _record(add_case, route="double-wrong-element", project="llvm")      # llvm: no collect_env
-    bundle = repro.write_bundle(record, str(tmp_path / "b"))
+    bundle = bundles.write_bundle(record, str(tmp_path / "b"))
     status, out = _exec_script(bundle, capsys)          # in this process; the route in its worker
     assert status == 1 and "REPRODUCES: double-wrong-element wrong_values" in out, out
     assert "def program(x0, x1)" in out and not os.path.exists(os.path.join(bundle, "judge.py"))
-    assert os.path.isdir(os.path.join(bundle, repro.HARNESS_RUN_DIR, "artifacts"))     # the route's files stay
+    assert os.path.isdir(os.path.join(bundle, bundles.HARNESS_RUN_DIR, "artifacts"))     # the route's files stay
     monkeypatch.delenv(EXTRA_ROUTES_ENV)
     status, out = _exec_script(bundle, capsys)
     assert status == 2 and "not registered here" in out, out
@@ -170,16 +172,16 @@ def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_wher
 
 # -- what the bundle holds -------------------------------------------------------------------
 def test_script_imports_only_torch_the_standard_library_and_the_copied_judge(add_case, tmp_path):
-    bundle = repro.write_bundle(_record(add_case), str(tmp_path / "b"))
+    bundle = bundles.write_bundle(_record(add_case), str(tmp_path / "b"))
     tree = ast.parse(open(os.path.join(bundle, "repro.py")).read())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert names - set(sys.stdlib_module_names) == {"torch", "judge"}
-    assert open(os.path.join(bundle, "judge.py"), "rb").read() == open(judge.__file__, "rb").read()
+    assert open(os.path.join(bundle, "judge.py"), "rb").read() == open(comparison.__file__, "rb").read()
 
 
 def test_inputs_are_views_of_small_explicit_storages(add_case, tmp_path):
-    bundle = repro.write_bundle(_record(add_case), str(tmp_path / "b"))
+    bundle = bundles.write_bundle(_record(add_case), str(tmp_path / "b"))
     namespace = {}
     sys.path.insert(0, bundle)      # its judge.py
     try:
@@ -195,17 +197,17 @@ def test_inputs_are_views_of_small_explicit_storages(add_case, tmp_path):
 
 @pytest.mark.parametrize("kind,guarded", [("wrong_values", False), ("guard_violation", True)])
 def test_guard_storage_only_for_guard_violations(kind, guarded, add_case):
-    values = repro.storage_values(add_case, 0, kind)
+    values = bundles.storage_values(add_case, 0, kind)
     assert (layout.guard_value(torch.float32) in values) == guarded
     assert len(values) == (20 if guarded else 2 + 15)       # offset 2, span 15 of a 20-element storage
 
 
 def test_issue_is_in_the_projects_template_with_title_note_and_versions(add_case, tmp_path):
     record = _record(add_case, note="a planted note", upstream="https://github.com/pytorch/pytorch/issues/1")
-    bundle = repro.write_bundle(record, str(tmp_path / "b"))
+    bundle = bundles.write_bundle(record, str(tmp_path / "b"))
     issue = open(os.path.join(bundle, "ISSUE.md")).read()
     lines = issue.splitlines()
-    assert lines[0] == f"<!-- File at {repro.PROJECTS['pytorch'].file_at} -->"
+    assert lines[0] == f"<!-- File at {bundles.PROJECTS['pytorch'].file_at} -->"
     assert lines[1] == "# torch.compile (Inductor CPU): relu(add(transpose(x), y)) on a permuted storage-offset input " \
                        "returns wrong values"
     assert "> Known bug: a planted note" in issue and "First divergent op: `add`" in issue
@@ -218,46 +220,46 @@ def test_issue_is_in_the_projects_template_with_title_note_and_versions(add_case
     ("triton", "not yet filed (pytorch/pytorch)", "pytorch"), ("mlir", "", "torch-mlir"), ("spike", "", "torch-mlir"),
     ("triton-spike", "", "triton-adapter")])
 def test_project_follows_upstream_then_route(route, upstream, project):
-    assert repro.project_of({"route": route, "upstream": upstream}).name == project
+    assert bundles.project_of({"route": route, "upstream": upstream}).name == project
 
 
 def test_title_names_the_trigger_found_by_ablation_over_the_layout_classes(add_case):
     record = _record(add_case, kind="wrong_values", reduced_case=add_case.to_dict(), trigger=["broadcast"])
-    assert repro.title(record, add_case).endswith("on an expanded (stride-0) input returns wrong values")
-    assert "argmax" in repro.expression(read_entry(KNOWN).case)
+    assert bundles.title(record, add_case).endswith("on an expanded (stride-0) input returns wrong values")
+    assert "argmax" in bundles.expression(read_entry(KNOWN).case)
 
 
 def test_compile_error_title_names_every_output_and_a_value_failure_the_one_its_message_names(add_case):
     two = Case.from_dict({**add_case.to_dict(), "outputs": ["v2", "v0"]})
     failed = _record(two, kind="compile_error", message="InductorError: CantSplit")
-    assert "relu(add(transpose(x), y)), transpose(x) on a" in repro.title(failed, two)
-    assert "`transpose`, `add`, `relu`" in repro.render_script(failed, two)
+    assert "relu(add(transpose(x), y)), transpose(x) on a" in bundles.title(failed, two)
+    assert "`transpose`, `add`, `relu`" in bundles.render_script(failed, two)
     many = Case.from_dict({**add_case.to_dict(), "outputs": ["v2", "v0", "v1", "v2", "v0"]})
-    assert repro.expression(many, many.outputs) == "relu(add(transpose(x), y)), transpose(x), add(transpose(x), y), ..."
+    assert bundles.expression(many, many.outputs) == "relu(add(transpose(x), y)), transpose(x), add(transpose(x), y), ..."
     wrong = _record(two, message="output 1: values differ")
-    assert "): transpose(x) on a" in repro.title(wrong, two)
+    assert "): transpose(x) on a" in bundles.title(wrong, two)
 
 
 def test_unused_inputs_leave_the_bundle_with_the_values_the_others_had(add_case):
     data = add_case.to_dict()
     data["inputs"].insert(0, {**data["inputs"][1], "name": "x9"})     # drawn first: shifts every position
     wide = Case.from_dict(data)
-    narrow = repro.without_unused_inputs(wide)
+    narrow = bundles.without_unused_inputs(wide)
     assert [s["name"] for s in narrow.inputs] == ["x0", "x1"]
     for got, want in zip(layout.materialize_all(narrow.to_dict()), layout.materialize_all(data)[1:]):
         assert torch.equal(layout.storage_of(got), layout.storage_of(want))
-    assert "program(x0, x1)" in repro.render_script(_record(wide), repro._case_of(_record(wide)))
-    assert repro.without_unused_inputs(add_case) is add_case
+    assert "program(x0, x1)" in bundles.render_script(_record(wide), bundles._case_of(_record(wide)))
+    assert bundles.without_unused_inputs(add_case) is add_case
 
 
 def test_a_large_output_prints_its_first_differing_elements_not_every_element(tmp_path, capsys):
     from tests.conftest import make_case
     case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [33, 33], [33, 1], 0, 33 * 33, {})], outputs=["v0"])
-    script = repro.render_script(_record(case, route="eager"), case).replace(
+    script = bundles.render_script(_record(case, route="eager"), case).replace(
         "compiled = program", "compiled = lambda x: (program(x)[0].flip(0),)")   # rows reversed: many differ
     (tmp_path / "repro.py").write_text(script)
-    (tmp_path / "judge.py").write_bytes(open(judge.__file__, "rb").read())
+    (tmp_path / "judge.py").write_bytes(open(comparison.__file__, "rb").read())
     status, out = _exec_script(str(tmp_path), capsys)
     shown = out.split("REPRODUCES")[0]
     assert status == 1 and "shape [33, 33], flat indices [" in shown and len(shown) < 1500, shown
@@ -265,32 +267,32 @@ def test_a_large_output_prints_its_first_differing_elements_not_every_element(tm
 
 def test_pytorch_compile_error_met_on_triton_spike_reproduces_through_the_triton_route(add_case):
     pytorch = dict(route="triton-spike", upstream="not yet filed (pytorch/pytorch)")
-    record = repro.script_record(_record(add_case, kind="compile_error", **pytorch))
+    record = bundles.script_record(_record(add_case, kind="compile_error", **pytorch))
     assert (record["route"], record["found_on"]) == ("triton", "triton-spike")
-    assert repro.script_record(_record(add_case, **pytorch))["route"] == "triton-spike"      # values: the executor's
-    assert repro.script_record(_record(add_case, route="triton-spike", kind="compile_error"))["route"] == "triton-spike"
+    assert bundles.script_record(_record(add_case, **pytorch))["route"] == "triton-spike"      # values: the executor's
+    assert bundles.script_record(_record(add_case, route="triton-spike", kind="compile_error"))["route"] == "triton-spike"
 
 
 def test_kernel_ttir_names_source_files_without_their_temporary_folders(tmp_path):
-    from torchsim_diff import adapter_repro
+    from torchsim_diff.report import adapter_bundle
     ttir = tmp_path / "kernel.fixed.ttir"
     ttir.write_text('#loc = loc("/tmp/torchsim-ttir-k77u/kc2d.py":18:1)\n#loc31 = loc("in_ptr0"(#loc))\n')
-    adapter_repro.write_kernel(str(ttir), str(tmp_path))
-    shipped = (tmp_path / adapter_repro.KERNEL_FILE).read_text()
+    adapter_bundle.write_kernel(str(ttir), str(tmp_path))
+    shipped = (tmp_path / adapter_bundle.KERNEL_FILE).read_text()
     assert shipped == '#loc = loc("kc2d.py":18:1)\n#loc31 = loc("in_ptr0"(#loc))\n'
 
 
 def test_shims_module_holds_only_the_shims_asked_for():
-    source = repro.shims_source(["_patch_backend_hash"])
+    source = bundles.shims_source(["_patch_backend_hash"])
     assert "def _patch_backend_hash" in source and "def _patch_libdevice" not in source
     compile(source, "triton_shims.py", "exec")
 
 
 def test_record_without_case_or_route_is_refused(add_case, tmp_path):
-    with pytest.raises(repro.BundleError, match="'case'"):
-        repro.write_bundle({"route": "inductor"}, str(tmp_path / "a"))
-    with pytest.raises(repro.BundleError, match="'route'"):
-        repro.write_bundle(_record(add_case, route=None), str(tmp_path / "b"))
+    with pytest.raises(bundles.BundleError, match="'case'"):
+        bundles.write_bundle({"route": "inductor"}, str(tmp_path / "a"))
+    with pytest.raises(bundles.BundleError, match="'route'"):
+        bundles.write_bundle(_record(add_case, route=None), str(tmp_path / "b"))
 
 
 # -- adapter bugs: the kernel through triton-adapter-opt alone -----------------------------------
@@ -303,12 +305,12 @@ ADAPTER_OUTCOMES = {  # a stand-in adapter's shell body -> repro.py's exit statu
 
 @pytest.mark.parametrize("body", list(ADAPTER_OUTCOMES), ids=["aborts", "leaves-tt-op", "converts"])
 def test_adapter_repro_runs_the_kernel_through_the_adapter_alone(body, tmp_path):
-    from torchsim_diff import adapter_repro
+    from torchsim_diff.report import adapter_bundle
     fake = tmp_path / "triton-adapter-opt"
     fake.write_text(f"#!/bin/sh\n{body}\n")
     fake.chmod(0o755)
-    (tmp_path / adapter_repro.KERNEL_FILE).write_text("tt.func @k() { tt.return }\n")
-    (tmp_path / "repro.py").write_text(adapter_repro.render_script("triton-adapter (triton-spike): a title"))
+    (tmp_path / adapter_bundle.KERNEL_FILE).write_text("tt.func @k() { tt.return }\n")
+    (tmp_path / "repro.py").write_text(adapter_bundle.render_script("triton-adapter (triton-spike): a title"))
     env = {**_clean_env(), "TRITON_ADAPTER_OPT": str(fake)}
     done = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True, env=env)
     status, verdict = ADAPTER_OUTCOMES[body]
@@ -320,14 +322,14 @@ def test_adapter_repro_runs_the_kernel_through_the_adapter_alone(body, tmp_path)
 
 
 def test_adapter_kernel_is_the_one_the_adapter_stopped_on(tmp_path):
-    from torchsim_diff import adapter_repro
+    from torchsim_diff.report import adapter_bundle
     for name, files in (("a-ok", ["kernel.fixed.ttir", "kernel.linalg.mlir"]), ("b-stopped", ["kernel.fixed.ttir"])):
         (tmp_path / name).mkdir()
         for f in files:
             (tmp_path / name / f).write_text("")
-    assert adapter_repro.failing_kernel(str(tmp_path)) == str(tmp_path / "b-stopped" / "kernel.fixed.ttir")
-    assert adapter_repro.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "adapter: x"})
-    assert not adapter_repro.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "ttir: x"})
+    assert adapter_bundle.failing_kernel(str(tmp_path)) == str(tmp_path / "b-stopped" / "kernel.fixed.ttir")
+    assert adapter_bundle.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "adapter: x"})
+    assert not adapter_bundle.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "ttir: x"})
 
 
 def test_repro_literals_keep_every_float_bit_exact():
@@ -335,7 +337,7 @@ def test_repro_literals_keep_every_float_bit_exact():
     import math
     import struct
 
-    from torchsim_diff.repro import _number
+    from torchsim_diff.report.bundles import _number
     values = [-0.0, 0.0, 2.0, -3.0, 1e-45, -5e-324, 2.2250738585072014e-308, 1.7976931348623157e308,
               -65504.0, 3.3895313892515355e38, 0.1, float("inf"), float("-inf")]
     for v in values:

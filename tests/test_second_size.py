@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from tests.conftest import REPO, make_case
-from torchsim_diff import second_size
-from torchsim_diff.check import Checker
-from torchsim_diff.kinds import Kind, Status
+from torchsim_diff.run import second_size
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.routes import EXTRA_ROUTES_ENV, compile_options
 
 DOUBLES = {"double-stale-bound": "tests.doubles.dynamic_routes:StaleBoundRoute",
@@ -75,8 +75,8 @@ def test_a_route_that_mishandles_the_second_size_is_caught(dynamic_doubles, tmp_
 
 
 def checker_bucket_without_second_size(verdict):
-    from torchsim_diff import classify
-    return classify.bucket_of(classify.signature(verdict.route, verdict.kind, verdict.message, verdict.op,
+    from torchsim_diff.triage import signatures
+    return signatures.bucket_of(signatures.signature(verdict.route, verdict.kind, verdict.message, verdict.op,
                                                  verdict.where))
 
 
@@ -89,7 +89,7 @@ def test_static_shapes_run_one_size(dynamic_doubles, tmp_path):
 
 def test_mixed_decides_per_graph_for_about_a_third():
     from hypothesis import HealthCheck, given, settings
-    from torchsim_diff.strategies import cases
+    from torchsim_diff.generate.strategies import cases
     decisions = []
 
     @settings(max_examples=150, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -130,7 +130,7 @@ def test_freezing_folds_the_inputs_never_mutated_into_the_compiled_code():
 
 @pytest.mark.parametrize("second_status", [Status.PASS, Status.FAIL])
 def test_the_second_run_is_route_time_not_harness_time(second_status):
-    from torchsim_diff.check import NOT_HARNESS_TIMES, Verdict
+    from torchsim_diff.run.checker import NOT_HARNESS_TIMES, Verdict
     first = Verdict(_matmul_case(), "r", Status.PASS, metrics={"t_compile": 1.0, "t_run": 0.5, "t_start": 0.0})
 
     def check(case, route, timeout_s):

@@ -1,7 +1,7 @@
 """Shards as a Ray actor runs them, here in one process (no Ray needed): failures are
 reduced beside the route worker before their record leaves, and --budget stops the shards."""
-from torchsim_diff.campaign import CampaignOptions
-from torchsim_diff.ray_campaign import run_shards_here
+from torchsim_diff.campaign.fuzz import CampaignOptions
+from torchsim_diff.campaign.ray_cluster import run_shards_here
 
 
 def test_failures_are_reduced_before_their_records_leave_the_shard(tmp_path, double_routes):
@@ -25,7 +25,7 @@ def test_budget_stops_drawing_and_says_so(tmp_path):
 def test_progress_shows_cases_per_second_per_node():
     import io
 
-    from torchsim_diff.ray_campaign import NodeProgress, RayCampaignResult
+    from torchsim_diff.campaign.ray_cluster import NodeProgress, RayCampaignResult
     stream = io.StringIO()
     progress = NodeProgress(10, stream)
     result = RayCampaignResult(cases=3)

@@ -3,10 +3,10 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 
-from torchsim_diff import layout
-from torchsim_diff.graph import Case
+from torchsim_diff.case import layout
+from torchsim_diff.case.graph import Case
 from torchsim_diff.ops import all_ops, get_op
-from torchsim_diff.strategies import META_STRIDES_DIFFER, InvalidArgument, cases
+from torchsim_diff.generate.strategies import META_STRIDES_DIFFER, InvalidArgument, cases
 
 FAST = settings(max_examples=60, deadline=None, database=None, derandomize=True,   # CI must not be flaky
                 suppress_health_check=list(HealthCheck))
@@ -145,7 +145,7 @@ def test_coverage_schedule_draws_every_op_of_a_family_several_times():
 
 def test_schedule_keeps_a_keys_op_and_counts_each_distinct_case_once():
     from torchsim_diff.ops import ops_in
-    from torchsim_diff.strategies import CoverageSchedule
+    from torchsim_diff.generate.strategies import CoverageSchedule
     schedule = CoverageSchedule(ops_in(None, None, "float32"))
     first = schedule.op_for("key")
     case = Case(dtype="float32", inputs=[], nodes=[{"id": "v0", "op": first.name, "args": [], "attrs": {}}],
@@ -171,7 +171,7 @@ def test_value_and_size_tails_reach_a_minority_of_cases():
 @pytest.mark.parametrize("tail", ["near_overflow", "denormal", "signed_zero", "ties", "cancellation"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_value_tails_stay_inside_their_domain(tail, dtype):
-    from torchsim_diff import values
+    from torchsim_diff.case import values
     info = torch.finfo(dtype)
     for kind, lo in [("real", None), ("positive", 0.0), ("nonzero", 0.0)]:
         x = values.draw({"kind": kind, "tail": tail}, (4096,), dtype, torch.Generator().manual_seed(5))
@@ -194,7 +194,7 @@ def test_odd_sizes_make_matmul_k_no_multiple_of_8():
 
 
 def test_unknown_value_tail_is_refused_by_name():
-    from torchsim_diff import values
+    from torchsim_diff.case import values
     with pytest.raises(ValueError, match="'wobble'"):
         values.draw({"kind": "real", "tail": "wobble"}, (3,), torch.float32, torch.Generator())
 

@@ -2,8 +2,8 @@
 import pytest
 
 from tests.conftest import make_case
-from torchsim_diff.check import Checker
-from torchsim_diff.kinds import Kind, Status
+from torchsim_diff.run.checker import Checker
+from torchsim_diff.results.kinds import Kind, Status
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +15,7 @@ def checker(tmp_path, double_routes):
 
 
 def with_seed(case, seed):
-    from torchsim_diff.graph import Case
+    from torchsim_diff.case.graph import Case
     return Case.from_dict({**case.to_dict(), "values": {"seed": seed}})
 
 
@@ -45,7 +45,7 @@ def test_inout_seeded_with_zeros_is_caught(checker, inout_case):
 def test_inout_seeded_with_zeros_under_accumulation_is_wrong_values(checker, inout_case):
     data = inout_case.to_dict()
     data["nodes"][0]["op"] = "add_"
-    from torchsim_diff.graph import Case
+    from torchsim_diff.case.graph import Case
     verdict = checker.check(Case.from_dict(data), "double-zero-inout")
     assert (verdict.kind, verdict.op) == (Kind.WRONG_VALUES, "add_")
 

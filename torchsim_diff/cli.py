@@ -16,11 +16,11 @@ import signal
 import sys
 import time
 
-from torchsim_diff import bytecode
-from torchsim_diff.interrupts import Terminated, sigterm_as_interrupt
-from torchsim_diff import options as opt
-from torchsim_diff.budget import budget_seconds
-from torchsim_diff.results import StorageError
+from torchsim_diff.campaign import bytecode
+from torchsim_diff.campaign.interrupts import Terminated, sigterm_as_interrupt
+from torchsim_diff.campaign import options as opt
+from torchsim_diff.campaign.budget import budget_seconds
+from torchsim_diff.results.jsonl import StorageError
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
@@ -56,8 +56,8 @@ def cmd_routes(args) -> int:
     """List every route with its availability and reason, probed in its own worker."""
     import tempfile
 
-    from torchsim_diff.check import Checker
-    from torchsim_diff.report import render
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.report.tables import render
     from torchsim_diff.routes import route_class, route_names
     names = args.routes or route_names()
     with tempfile.TemporaryDirectory(prefix="torchsim-diff-routes-") as tmp, Checker(out_dir=tmp) as checker:
@@ -80,7 +80,7 @@ def cmd_routes(args) -> int:
 def cmd_ops(args) -> int:
     """List the registered ops by family."""
     from torchsim_diff.ops import all_ops
-    from torchsim_diff.report import render
+    from torchsim_diff.report.tables import render
     rows = [{"op": s.name, "family": s.family, "dtypes": s.dtypes, "mutates": s.mutates}
             for s in all_ops().values()]
     print(render(rows, args.format))
@@ -98,9 +98,9 @@ def _route_or_usage(name: str):
 # -- fuzz -------------------------------------------------------------------------------
 def cmd_fuzz(args) -> int:
     """Run a campaign; print a summary table; exit 1 when anything failed."""
-    from torchsim_diff.campaign import CampaignOptions
-    from torchsim_diff.report import bucket_rows, render, summary_rows
-    from torchsim_diff.strategies import InvalidArgument
+    from torchsim_diff.campaign.fuzz import CampaignOptions
+    from torchsim_diff.report.tables import bucket_rows, render, summary_rows
+    from torchsim_diff.generate.strategies import InvalidArgument
     routes = args.routes
     _check_fuzz(args)
     opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=args.max_examples,
@@ -153,10 +153,10 @@ def _print_known(records, folder) -> None:
 def _run_fuzz(opts, args):
     """In this process, or in shards on a Ray cluster with --ray."""
     if not args.ray:
-        from torchsim_diff.campaign import run_campaign
+        from torchsim_diff.campaign.fuzz import run_campaign
         result = run_campaign(opts)
     else:
-        from torchsim_diff.ray_campaign import RayUnavailable, run_ray_campaign
+        from torchsim_diff.campaign.ray_cluster import RayUnavailable, run_ray_campaign
         try:
             result = run_ray_campaign(opts, args.ray, args.shards)
         except RayUnavailable as exc:
@@ -186,7 +186,7 @@ def _check_fuzz(args) -> None:
 
 
 def _known_bugs(args) -> str | None:
-    from torchsim_diff.campaign import KNOWN_BUGS_DIR
+    from torchsim_diff.campaign.fuzz import KNOWN_BUGS_DIR
     if args.known_bugs is None:
         return KNOWN_BUGS_DIR
     return None if args.known_bugs == "none" else args.known_bugs
@@ -195,7 +195,7 @@ def _known_bugs(args) -> str | None:
 def _check_filters(args) -> None:
     """--ops, --families and --dtype: known names that leave at least one op to draw."""
     from torchsim_diff.ops import FAMILIES, all_ops
-    from torchsim_diff.strategies import InvalidArgument, cases
+    from torchsim_diff.generate.strategies import InvalidArgument, cases
     try:
         cases(dtype=args.dtype, max_nodes=args.max_nodes, families=args.families, ops=args.ops)
     except InvalidArgument as exc:
@@ -217,7 +217,7 @@ def _filters(ops, families) -> str:
 def _check_history(path: str) -> None:
     """A bucket history path: absent (it is created), or a regular file within its cap."""
     from torchsim_diff import files
-    from torchsim_diff.buckets import legacy_path, store_path
+    from torchsim_diff.triage.bucket_history import legacy_path, store_path
     for candidate, cap in ((store_path(path), files.BUCKET_HISTORY), (legacy_path(path), files.LEGACY_HISTORY)):
         try:
             files.check_regular(candidate, cap)
@@ -273,10 +273,10 @@ def cmd_replay(args) -> int:
     """Replay case files and corpus entries; exit 1 when one does not behave as expected."""
     import tempfile
 
-    from torchsim_diff.check import Checker
-    from torchsim_diff.corpus import KNOWN, iter_entries, known_buckets
-    from torchsim_diff.replay import replay_entry, routes_for
-    from torchsim_diff.report import render
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.triage.corpus import KNOWN, iter_entries, known_buckets
+    from torchsim_diff.triage.corpus_replay import replay_entry, routes_for
+    from torchsim_diff.report.tables import render
     routes = args.routes
     for path in args.paths:
         if not os.path.exists(path):
@@ -317,8 +317,8 @@ def cmd_reduce(args) -> int:
     """Shrink a failing case (case file or corpus entry) on one route; write and print the result."""
     import tempfile
 
-    from torchsim_diff.corpus import CorruptEntry, read_entry
-    from torchsim_diff.reduce import ReduceError, reduce_case
+    from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+    from torchsim_diff.triage.reduce import ReduceError, reduce_case
     _route_or_usage(args.route)
     try:
         entry = read_entry(args.case)
@@ -345,8 +345,8 @@ def cmd_export(args) -> int:
     """Write the reproducer bundle of one bucket (its smallest case) to a folder."""
     if args.bucket.endswith(".json"):
         return _export_entry(args)
-    from torchsim_diff.repro import BundleError, write_bundle
-    from torchsim_diff.validate import InvalidCase, validate_case
+    from torchsim_diff.report.bundles import BundleError, write_bundle
+    from torchsim_diff.case.validate import InvalidCase, validate_case
     record, where = _run_record(args) if args.runs else _history_record(args)
     try:
         validate_case(record.get("case"))
@@ -364,8 +364,8 @@ def _run_record(args) -> tuple:
     """(the bucket's smallest failing record in the --from runs, where). Records come with
     their artifact folders resolved inside their own run folder; one whose folder lies outside
     it was refused by the reader, and so is the export if the bucket has no other record."""
-    from torchsim_diff.buckets import smallest_per_bucket
-    from torchsim_diff.results import find_results, read_all
+    from torchsim_diff.triage.bucket_history import smallest_per_bucket
+    from torchsim_diff.results.jsonl import find_results, read_all
     _existing(args.runs, "run folder or results file", "--from")
     records, log = read_all(find_results(args.runs))
     where = ", ".join(args.runs)
@@ -381,8 +381,8 @@ def _run_record(args) -> tuple:
 
 def _history_record(args) -> tuple:
     """(the bucket's smallest record in the bucket history, where), checked like a results line."""
-    from torchsim_diff.buckets import BucketStore, legacy_path, store_path
-    from torchsim_diff.results import record_problem, run_folder_of
+    from torchsim_diff.triage.bucket_history import BucketStore, legacy_path, store_path
+    from torchsim_diff.results.jsonl import record_problem, run_folder_of
     _check_history(args.buckets)
     if not any(os.path.exists(p) for p in (store_path(args.buckets), legacy_path(args.buckets))):
         raise UsageError(f"no bucket history at {args.buckets}; pass run folders with --from")
@@ -399,7 +399,7 @@ def _history_record(args) -> tuple:
 def _resolved_artifacts(bucket: str, record: dict, where: str, run_of) -> dict:
     """`record` with its artifact folders resolved inside their run folder (`run_of(value)`);
     an existing folder outside one refuses the export: a bundle holds only what a run wrote."""
-    from torchsim_diff.results import ARTIFACT_FIELDS, UnsafeArtifacts, artifact_folder
+    from torchsim_diff.results.jsonl import ARTIFACT_FIELDS, UnsafeArtifacts, artifact_folder
     resolved = {}
     try:
         for key in ARTIFACT_FIELDS:
@@ -425,8 +425,8 @@ def _existing(paths, what: str, option: str) -> None:
 
 def _export_entry(args) -> int:
     """The bundle of a known corpus entry (export corpora/known/X.json --to DIR)."""
-    from torchsim_diff.corpus import CorruptEntry, read_entry
-    from torchsim_diff.repro import BundleError, entry_record, write_bundle
+    from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+    from torchsim_diff.report.bundles import BundleError, entry_record, write_bundle
     if not os.path.exists(args.bucket):
         raise UsageError(f"{args.bucket}: no such corpus entry")
     try:
@@ -441,8 +441,8 @@ def _export_entry(args) -> int:
 # -- kernel replay ----------------------------------------------------------------------
 def cmd_kernel_replay(args) -> int:
     """Replay one captured kernel launch on its captured inputs; diff against its outputs."""
-    from torchsim_diff.kernels.capture import CaptureFormatError
-    from torchsim_diff.kernels.replay import replay_artifact
+    from torchsim_diff.triage.kernels.capture import CaptureFormatError
+    from torchsim_diff.triage.kernels.launch_replay import replay_artifact
     if not os.path.exists(args.artifact):
         raise UsageError(f"{args.artifact}: no such capture")
     try:
@@ -456,10 +456,10 @@ def cmd_kernel_replay(args) -> int:
 # -- tables -----------------------------------------------------------------------------
 def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
-    from torchsim_diff import report
-    from torchsim_diff.results import find_results, read_all
-    kinds = {"summary": report.summary_rows, "tolerance": report.tolerance_rows,
-             "buckets": report.bucket_rows, "coverage": report.coverage_rows, "mix": report.mix_rows,
+    from torchsim_diff.report import tables
+    from torchsim_diff.results.jsonl import find_results, read_all
+    kinds = {"summary": tables.summary_rows, "tolerance": tables.tolerance_rows,
+             "buckets": tables.bucket_rows, "coverage": tables.coverage_rows, "mix": tables.mix_rows,
              "history": lambda _records: _history_rows(args.buckets)}
     chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
     for name in chosen:
@@ -475,15 +475,15 @@ def cmd_table(args) -> int:
         raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
     _warn(log.summary())
     if args.format == "html" and not args.tables:
-        print(report.html_page(records))
+        print(tables.html_page(records))
         return EXIT_CLEAN
-    print("\n\n".join(report.render(kinds[name](records), args.format, name.title()) for name in chosen))
+    print("\n\n".join(tables.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
 
 
 def _history_rows(path: str) -> list:
     """The bucket history (the store `fuzz` and `export` use), oldest bucket first."""
-    from torchsim_diff.buckets import BucketStore, legacy_path, store_path
+    from torchsim_diff.triage.bucket_history import BucketStore, legacy_path, store_path
     if not any(os.path.exists(p) for p in (store_path(path), legacy_path(path))):
         raise UsageError(f"no bucket history at {path}; pass --buckets PATH")
     return [{"bucket": bucket, "route": e["route"], "kind": e["kind"], "op": e["op"], "count": e["count"],
@@ -493,7 +493,7 @@ def _history_rows(path: str) -> list:
 
 # -- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from torchsim_diff.report import FORMATS
+    from torchsim_diff.report.tables import FORMATS
     parser = _Parser(prog="torchsim-diff", description="Differential fuzzing of PyTorch compiler routes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

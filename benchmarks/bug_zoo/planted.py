@@ -11,7 +11,7 @@ import os
 import torch
 from torch.overrides import TorchFunctionMode
 
-from torchsim_diff.layout import contiguous_strides, storage_of
+from torchsim_diff.case.layout import contiguous_strides, storage_of
 from torchsim_diff.routes.base import Compiled, Route
 
 

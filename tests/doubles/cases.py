@@ -8,7 +8,7 @@ import tempfile
 
 import torch
 
-from torchsim_diff import layout
+from torchsim_diff.case import layout
 from torchsim_diff.routes import make_route
 from torchsim_diff.routes.base import RunContext
 

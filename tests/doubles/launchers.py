@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from torchsim_diff.routes.triton_shims import run_interpreted
+from torchsim_diff.routes.triton.shims import run_interpreted
 
 
 class SwappedGrid:

@@ -2,7 +2,7 @@
 element-by-element comparison against eager over whole guarded storages."""
 import torch
 
-from torchsim_diff import layout
+from torchsim_diff.case import layout
 from torchsim_diff.routes.base import RunContext
 
 

@@ -16,7 +16,7 @@ from tests.conftest import REPO
 PROBE = """
 import json, os
 from torch._inductor import cpu_vec_isa
-from torchsim_diff.routes.inductor_machine import share_vec_isa_checks
+from torchsim_diff.routes.inductor.machine import share_vec_isa_checks
 checked, failing = [], os.environ.get("PROBE_FAILING_ISA")
 real_check = cpu_vec_isa.VecISA.check_build
 cpu_vec_isa.VecISA.check_build = lambda self, code: (checked.append(str(self)) or str(self) != failing

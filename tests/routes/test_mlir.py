@@ -16,8 +16,8 @@ from tests.routes.helpers import (
     run_route,
     spec,
 )
-from torchsim_diff import layout
-from torchsim_diff.kinds import Kind
+from torchsim_diff.case import layout
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes import make_route
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
 
@@ -84,12 +84,12 @@ def test_an_aten_op_without_a_lowering_is_unsupported_and_named(tmp_path):
 def test_a_lowering_that_returns_results_instead_of_out_parameters_is_refused(monkeypatch):
     """The prototype's silent wrong-buffer bug: without modify-public-functions the C wrapper
     takes the result descriptor first and a harness passing inputs first reads garbage."""
-    from torchsim_diff.routes import mlir_lowering
-    pipeline = mlir_lowering.LINALG_TO_LLVM.replace("buffer-results-to-out-params{modify-public-functions=1}",
+    from torchsim_diff.routes.mlir import lowering
+    pipeline = lowering.LINALG_TO_LLVM.replace("buffer-results-to-out-params{modify-public-functions=1}",
                                                     "buffer-results-to-out-params")
-    monkeypatch.setattr(mlir_lowering, "LINALG_TO_LLVM", pipeline)
+    monkeypatch.setattr(lowering, "LINALG_TO_LLVM", pipeline)
     with pytest.raises(RouteFailure) as failure:
-        mlir_lowering.lower_program(lambda x0: (x0.t() + 1.0,), [torch.ones(2, 3)], {})
+        lowering.lower_program(lambda x0: (x0.t() + 1.0,), [torch.ones(2, 3)], {})
     assert (failure.value.kind, failure.value.stage) == (Kind.TOOL_ERROR, "lowering")
     assert "returns a value" in failure.value.message
 

@@ -17,11 +17,11 @@ from tests.routes.helpers import (
     run_route,
     spec,
 )
-from torchsim_diff import layout
-from torchsim_diff.kinds import Kind
+from torchsim_diff.case import layout
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes import make_route
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
-from torchsim_diff.routes.spike import SpikeOptions, SpikeRun, classify_run
+from torchsim_diff.routes.spike.spike import SpikeOptions, SpikeRun, classify_run
 
 ROUTE = make_route("spike")
 AVAILABLE, REASON = ROUTE.available()
@@ -196,7 +196,7 @@ def test_llvm_ir_from_newer_llvm_keeps_every_float_constant_for_llvm19(tmp_path)
     import torch_mlir.ir as ir
     from torch_mlir._mlir_libs._mlirDialectsLLVM import translate_module_to_llvmir
 
-    from torchsim_diff.routes.spike import downgrade_llvm_ir
+    from torchsim_diff.routes.spike.spike import downgrade_llvm_ir
     if not (shutil.which("llvm-as-19") and shutil.which("llvm-dis-19")):
         pytest.skip("llvm-as-19/llvm-dis-19 not found (Debian package llvm-19)")
     constants = [(t, bits) for t, patterns in FLOAT_PATTERNS.items() for bits in patterns]

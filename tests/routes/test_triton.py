@@ -13,7 +13,7 @@ from doubles.probes import PROBES  # noqa: E402
 
 from torchsim_diff.routes import make_route  # noqa: E402
 from torchsim_diff.routes.base import Unsupported  # noqa: E402
-from torchsim_diff.routes.triton import fallback_calls  # noqa: E402
+from torchsim_diff.routes.triton.triton import fallback_calls  # noqa: E402
 
 TESTS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -86,9 +86,9 @@ def test_triton_cuda_is_unavailable_with_a_reason_without_gpu():
 
 
 def test_unsupported_versions_make_the_route_unavailable(monkeypatch):
-    from torchsim_diff.routes import triton_shims
-    monkeypatch.delenv(triton_shims.UNCHECKED_ENV, raising=False)
-    monkeypatch.setattr(triton_shims, "installed_versions", lambda: {"torch": "2.13.0", "triton": "9.0.0"})
+    from torchsim_diff.routes.triton import shims
+    monkeypatch.delenv(shims.UNCHECKED_ENV, raising=False)
+    monkeypatch.setattr(shims, "installed_versions", lambda: {"torch": "2.13.0", "triton": "9.0.0"})
     ok, reason = make_route("triton").available()
     assert not ok and "triton==9.0.0 is not supported" in reason
 
@@ -121,7 +121,7 @@ def test_triton_cuda_runs_the_probe_graphs(cuda_probe_run):
 
 @pytest.mark.parametrize("executor", ["cuda", "interpreter"])
 def test_cuda_captures_replay_on_gpu_and_in_the_interpreter(cuda_probe_run, executor):
-    from torchsim_diff.kernels.replay import replay_artifact
+    from torchsim_diff.triage.kernels.launch_replay import replay_artifact
     root, _ = cuda_probe_run
     for name in PROBES:
         report = replay_artifact(str(root / name), executor=executor)
@@ -130,7 +130,7 @@ def test_cuda_captures_replay_on_gpu_and_in_the_interpreter(cuda_probe_run, exec
 
 
 def test_kernel_sources_are_read_from_the_wrapper(route):
-    from torchsim_diff.routes.triton import kernel_sources
+    from torchsim_diff.routes.triton.triton import kernel_sources
     source, inputs = PROBES["g2_softmax"]
     run = CaseRun(route, source, make_case(*inputs))
     sources = kernel_sources(open(os.path.join(run.artifact_dir, "inductor", "wrapper.py")).read())
@@ -147,7 +147,7 @@ def test_a_kernel_failing_in_the_first_run_keeps_its_capture_and_the_wrapper(rou
                      tensor_spec("x1", [6], dtype="int64", domain={"kind": "index", "high": 100}))
     with pytest.raises(Exception, match="index out of bounds|out of bounds|Assert"):
         CaseRun(route, source, case, artifact_dir=str(tmp_path))
-    from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders
+    from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders
     launches = [CapturedLaunch(f) for f in launch_folders(str(tmp_path))]
     assert launches and "index" in launches[-1].kernel_name
     assert (tmp_path / "inductor" / "wrapper.py").exists()

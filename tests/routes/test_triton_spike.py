@@ -13,9 +13,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from doubles import spike_launchers  # noqa: E402
 from doubles.cases import CaseRun, make_case, tensor_spec  # noqa: E402
 
-from torchsim_diff.kernels.localise import first_divergent_kernel  # noqa: E402
-from torchsim_diff.kernels.replay import replay_artifact  # noqa: E402
-from torchsim_diff.kinds import Kind  # noqa: E402
+from torchsim_diff.triage.kernels.localise import first_divergent_kernel  # noqa: E402
+from torchsim_diff.triage.kernels.launch_replay import replay_artifact  # noqa: E402
+from torchsim_diff.results.kinds import Kind  # noqa: E402
 from torchsim_diff.routes import make_route  # noqa: E402
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported  # noqa: E402
 
@@ -45,7 +45,7 @@ def route():
 # ---- the prototype's hand-written kernels, launched directly ---------------------------------
 def kernel_launch(name, args, arg_names, signature, grid, constexprs):
     from doubles import spike_kernels
-    from torchsim_diff.routes.triton_shims import KernelLaunch
+    from torchsim_diff.routes.triton.shims import KernelLaunch
     return KernelLaunch(kernel_name=name, jit_fn=getattr(spike_kernels, name),
                         source_path=spike_kernels.__file__, arg_names=arg_names, args=args,
                         signature=signature, interpreted=True, grid=grid, constexprs=constexprs)
@@ -82,7 +82,7 @@ def grid_probe_launch():
 
 @pytest.mark.parametrize("make", [add_launch, strided2d_launch, grid_probe_launch], ids=lambda f: f.__name__)
 def test_prototype_kernels_are_bit_exact_with_the_interpreter(route, make, tmp_path):
-    from torchsim_diff.routes.triton_shims import run_interpreted
+    from torchsim_diff.routes.triton.shims import run_interpreted
     on_spike, reference = make(), make()
     route.spike_launcher.begin(RunContext(artifact_dir=str(tmp_path), case={}))
     route.spike_launcher.launch(on_spike)

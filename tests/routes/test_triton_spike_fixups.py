@@ -170,7 +170,7 @@ def test_a_value_kept_live_by_a_discrete_access_is_another_adapter_bucket():
 
 
 def test_a_chain_tool_past_its_time_limit_is_a_timeout_of_its_stage():
-    from torchsim_diff.kinds import Kind
+    from torchsim_diff.results.kinds import Kind
     from torchsim_diff.routes.base import RouteFailure
     from torchsim_diff.routes.triton_spike.toolchain import run_stage
     metrics = {}

@@ -4,8 +4,8 @@ import pathlib
 import pytest
 import torch
 
-from torchsim_diff.torchsim import artifacts
-from torchsim_diff.torchsim.classify import classify
+from torchsim_diff.routes.torchsim import artifacts
+from torchsim_diff.routes.torchsim.failure_text import classify
 
 LOGS = pathlib.Path(__file__).parent / "logs"
 

@@ -3,8 +3,8 @@ import pathlib
 
 import pytest
 
-from torchsim_diff.kinds import Kind
-from torchsim_diff.torchsim.classify import classify
+from torchsim_diff.results.kinds import Kind
+from torchsim_diff.routes.torchsim.failure_text import classify
 
 LOGS = pathlib.Path(__file__).parent / "logs"
 

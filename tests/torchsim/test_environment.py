@@ -5,8 +5,8 @@ import types
 
 import pytest
 
-from torchsim_diff.routes.torchsim import TorchSimMlirRoute, TorchSimTritonRoute
-from torchsim_diff.torchsim import config, generation
+from torchsim_diff.routes.torchsim.torchsim import TorchSimMlirRoute, TorchSimTritonRoute
+from torchsim_diff.routes.torchsim import config, generation
 
 # Marker files of each generation's checkout, as PyTorchSim lays them out.
 TREES = {

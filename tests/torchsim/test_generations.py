@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import pytest
 
-from torchsim_diff.kinds import Kind
-from torchsim_diff.routes.torchsim import TorchSimMlirRoute, TorchSimTritonRoute
-from torchsim_diff.torchsim import artifacts, config, device, generation, kernel_repro, timeouts, workdir
-from torchsim_diff.torchsim.classify import classify
+from torchsim_diff.results.kinds import Kind
+from torchsim_diff.routes.torchsim.torchsim import TorchSimMlirRoute, TorchSimTritonRoute
+from torchsim_diff.routes.torchsim import artifacts, config, device, generation, kernel_repro, subprocess_limits, workdir
+from torchsim_diff.routes.torchsim.failure_text import classify
 
 GENERATIONS = pathlib.Path(__file__).parent / "generations"
 X = np.arange(24, dtype=np.float32) * 0.5 - 3.0          # in_ptr0.raw of the Triton fixtures
@@ -194,7 +194,7 @@ WP = "/workspace/outputs/c4kbgc3nqzq"
     (["python", "/t/triton-npu/run.py", "/o/triton_x/k_spec.py", "--from", "ttir"], "compiler"),
 ])
 def test_link_and_binutils_are_the_toolchain_not_spike(command, tool):
-    assert timeouts.tool_of(command) == tool
+    assert subprocess_limits.tool_of(command) == tool
 
 
 def test_their_explicit_compiler_timeout_no_longer_outlives_ours(tmp_path, capfd):
@@ -202,7 +202,7 @@ def test_their_explicit_compiler_timeout_no_longer_outlives_ours(tmp_path, capfd
     compiler = tmp_path / "pytorchsim-triton-compiler"
     compiler.write_text("#!/bin/sh\nsleep 5\n")
     compiler.chmod(compiler.stat().st_mode | stat.S_IXUSR)
-    with timeouts.limited_subprocesses({"compiler": 0.5}) as ends:
+    with subprocess_limits.limited_subprocesses({"compiler": 0.5}) as ends:
         with pytest.raises(subprocess.TimeoutExpired):
             subprocess.run([str(compiler), "k_spec.py", "--from", "triton-compile"], timeout=1800)
     assert [(e.tool, e.returncode, e.limit_s) for e in ends] == [("compiler", None, 0.5)]

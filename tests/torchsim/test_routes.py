@@ -12,12 +12,12 @@ import sys
 import pytest
 import torch
 
-from torchsim_diff import layout
-from torchsim_diff.kinds import Kind, Status
+from torchsim_diff.case import layout
+from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.routes import make_route
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
-from torchsim_diff.routes.torchsim import TorchSimProgram, TorchSimTritonRoute
-from torchsim_diff.torchsim import config, generation
+from torchsim_diff.routes.torchsim.torchsim import TorchSimProgram, TorchSimTritonRoute
+from torchsim_diff.routes.torchsim import config, generation
 
 ROUTES = ["torchsim-mlir", "torchsim-triton"]
 
@@ -50,8 +50,8 @@ def _require(route_name, options=None):
 @pytest.mark.parametrize("route_name", ROUTES)
 def test_add_passes_on_pytorchsim(route_name, tmp_path):
     _require(route_name)
-    from torchsim_diff.check import Checker
-    from torchsim_diff.graph import Case
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.case.graph import Case
     with Checker(out_dir=str(tmp_path), timeout_s=1800) as checker:
         verdict = checker.check(Case.from_dict(ADD), route_name)
     assert verdict.status == Status.PASS, verdict.message
@@ -60,8 +60,8 @@ def test_add_passes_on_pytorchsim(route_name, tmp_path):
 @pytest.mark.parametrize("route_name", ROUTES)
 def test_timing_reports_togsim_cycles_as_cost(route_name, tmp_path):
     _require(route_name, {"timing": "1"})
-    from torchsim_diff.check import Checker
-    from torchsim_diff.graph import Case
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.case.graph import Case
     with Checker(out_dir=str(tmp_path), timeout_s=3600, route_options={route_name: {"timing": "1"}}) as checker:
         verdict = checker.check(Case.from_dict(ADD), route_name)
     assert verdict.status == Status.PASS, verdict.message
@@ -114,7 +114,7 @@ def test_driver_writes_mutations_back_and_keeps_the_log(cpu_driver):
 def test_driver_classifies_a_failure_from_the_captured_log(cpu_driver, monkeypatch):
     """PyTorchSim logs "[Spike] Command failed with exit code 200" and raises a bare
     RuntimeError("INVALID_SPAD_ACCESS"); the kind and stage must come from the log line."""
-    from torchsim_diff.torchsim import device
+    from torchsim_diff.routes.torchsim import device
 
     def failing_launch(view, dev):
         print("[ERROR] [simulator.simulator] [Spike] Command failed with exit code 200", file=sys.stderr)

@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from torchsim_diff.kinds import Kind
-from torchsim_diff.torchsim import capture, timeouts
-from torchsim_diff.torchsim.classify import classify
+from torchsim_diff.results.kinds import Kind
+from torchsim_diff.routes.torchsim import log_capture, subprocess_limits
+from torchsim_diff.routes.torchsim.failure_text import classify
 
 
 def _tool(tmp_path, name, body):
@@ -21,7 +21,7 @@ def _tool(tmp_path, name, body):
 
 def test_hung_simulator_is_stopped_and_classified_as_timeout(tmp_path, capfd):
     spike = _tool(tmp_path, "spike", "sleep 30")
-    with timeouts.limited_subprocesses({"spike": 0.5}) as ends:
+    with subprocess_limits.limited_subprocesses({"spike": 0.5}) as ends:
         with pytest.raises(subprocess.TimeoutExpired):
             subprocess.run([spike, "--isa", "rv64gcv", "pk", "kernel.elf"], timeout=None)
     assert [(e.tool, e.returncode) for e in ends] == [("spike", None)]
@@ -31,7 +31,7 @@ def test_hung_simulator_is_stopped_and_classified_as_timeout(tmp_path, capfd):
 
 def test_simulator_killed_by_a_signal_is_a_crash_with_its_signal(tmp_path, capfd):
     togsim = _tool(tmp_path, "togsim", "kill -SEGV $$")
-    with timeouts.limited_subprocesses() as ends:
+    with subprocess_limits.limited_subprocesses() as ends:
         done = subprocess.run([togsim, "--config", "m.yml"])
     assert done.returncode == -11 and ends[0].tool == "togsim"
     err = capfd.readouterr().err
@@ -42,7 +42,7 @@ def test_simulator_killed_by_a_signal_is_a_crash_with_its_signal(tmp_path, capfd
 
 def test_check_call_failures_are_recorded(tmp_path):
     gem5 = _tool(tmp_path, "gem5.opt", "exit 3")
-    with timeouts.limited_subprocesses() as ends:
+    with subprocess_limits.limited_subprocesses() as ends:
         with pytest.raises(subprocess.CalledProcessError):
             subprocess.check_call([gem5])
     assert [(e.tool, e.returncode) for e in ends] == [("gem5", 3)]
@@ -51,7 +51,7 @@ def test_check_call_failures_are_recorded(tmp_path):
 def test_other_commands_are_left_alone_and_patch_is_undone(tmp_path):
     original = subprocess.run
     seen = []
-    with timeouts.limited_subprocesses({"spike": 0.01}, around=lambda *a: seen.append(a)) as ends:
+    with subprocess_limits.limited_subprocesses({"spike": 0.01}, around=lambda *a: seen.append(a)) as ends:
         subprocess.run(["sleep", "0.2"])            # not a simulator: no limit applied
     assert ends == [] and seen == [] and subprocess.run is original
 
@@ -59,17 +59,17 @@ def test_other_commands_are_left_alone_and_patch_is_undone(tmp_path):
 def test_around_hook_sees_spike_before_and_after(tmp_path):
     spike = _tool(tmp_path, "spike", "exit 0")
     seen = []
-    with timeouts.limited_subprocesses(around=lambda tool, args, phase: seen.append((tool, phase))):
+    with subprocess_limits.limited_subprocesses(around=lambda tool, args, phase: seen.append((tool, phase))):
         subprocess.run([spike])
     assert seen == [("spike", "before"), ("spike", "after")]
 
 
 CAPTURE_SCRIPT = """
 import logging, os, subprocess, sys
-from torchsim_diff.torchsim import capture
+from torchsim_diff.routes.torchsim import log_capture
 logger = logging.getLogger("pytorchsim-like")
 logger.addHandler(logging.StreamHandler())   # bound to sys.stderr, like PyTorchSim's
-with capture.captured_output(sys.argv[1]):
+with log_capture.captured_output(sys.argv[1]):
     print("[Spike] Running Spike simulator")
     logger.warning("[TOGSim] TOGSim simulation started")
     subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('child says hi\\n')"])
@@ -85,7 +85,7 @@ def test_capture_holds_logging_print_and_child_output(tmp_path):
     env = dict(os.environ, PYTHONPATH=root)
     done = subprocess.run([sys.executable, "-c", CAPTURE_SCRIPT, path], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
-    text = capture.read_text(path)
+    text = log_capture.read_text(path)
     for line in ("[Spike] Running", "[TOGSim] TOGSim simulation", "child says hi", "shell says hi"):
         assert line in text
     assert "after capture" in done.stdout and "after capture" not in text

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from torchsim_diff import layout
-from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
+from torchsim_diff.case import layout
+from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
 from torchsim_diff.routes import make_route
 from torchsim_diff.routes.base import RunContext
-from torchsim_diff.torchsim import kernel_repro, workdir
+from torchsim_diff.routes.torchsim import kernel_repro, workdir
 
 SOURCE = ("import torch\n"
           "def program(x0, x1, x2):\n"
@@ -190,7 +190,7 @@ def test_case_artifacts_export_the_diverging_kernel(dump, tmp_path):
     """As the route leaves a case: workdir copies in pytorchsim/, the capture in kernels/."""
     import shutil
 
-    from torchsim_diff.torchsim.artifacts import WORKDIR_COPIES
+    from torchsim_diff.routes.torchsim.artifacts import WORKDIR_COPIES
     folder, workdirs = dump
     case = tmp_path / "case"
     for wd in workdirs:

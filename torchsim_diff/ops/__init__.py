@@ -1,7 +1,7 @@
 """Op registry: every op the generator can put in a graph, one `OpSpec` each.
 
 An op spec says how to draw a node (operands and attributes, through a `GraphBuilder`
-from `torchsim_diff.strategies`) and how to write it as Python; shapes and dtypes of
+from `torchsim_diff.generate.strategies`) and how to write it as Python; shapes and dtypes of
 results are not written by hand but inferred by running the emitted code on meta
 tensors. Adding an op is one `register(OpSpec(...))` call in the family module.
 

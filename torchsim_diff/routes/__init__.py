@@ -9,15 +9,15 @@ import importlib
 import os
 
 BUILTIN_ROUTES = {
-    "eager": "torchsim_diff.routes.eager:EagerRoute",
-    "inductor": "torchsim_diff.routes.inductor:InductorRoute",
-    "triton": "torchsim_diff.routes.triton:TritonInterpreterRoute",
-    "triton-cuda": "torchsim_diff.routes.triton:TritonCudaRoute",
-    "mlir": "torchsim_diff.routes.mlir:MlirJitRoute",
-    "spike": "torchsim_diff.routes.spike:SpikeRoute",
-    "triton-spike": "torchsim_diff.routes.triton_spike.route:TritonSpikeRoute",
-    "torchsim-mlir": "torchsim_diff.routes.torchsim:TorchSimMlirRoute",
-    "torchsim-triton": "torchsim_diff.routes.torchsim:TorchSimTritonRoute",
+    "eager": "torchsim_diff.routes.eager.eager:EagerRoute",
+    "inductor": "torchsim_diff.routes.inductor.inductor:InductorRoute",
+    "triton": "torchsim_diff.routes.triton.triton:TritonInterpreterRoute",
+    "triton-cuda": "torchsim_diff.routes.triton.triton:TritonCudaRoute",
+    "mlir": "torchsim_diff.routes.mlir.mlir:MlirJitRoute",
+    "spike": "torchsim_diff.routes.spike.spike:SpikeRoute",
+    "triton-spike": "torchsim_diff.routes.triton_spike.triton_spike:TritonSpikeRoute",
+    "torchsim-mlir": "torchsim_diff.routes.torchsim.torchsim:TorchSimMlirRoute",
+    "torchsim-triton": "torchsim_diff.routes.torchsim.torchsim:TorchSimTritonRoute",
 }
 ENTRY_POINT_GROUP = "torchsim_diff.routes"
 # Extra routes without packaging: "name=module:Class,name2=module:Class". Read by the

@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Callable, Sequence
 
-from torchsim_diff.kinds import Kind
+from torchsim_diff.results.kinds import Kind
 
 
 class RouteFailure(Exception):

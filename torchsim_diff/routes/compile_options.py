@@ -8,7 +8,7 @@ route options:
     --route-option inductor.freezing=true         inputs never mutated become frozen parameters
 
 `dynamic=mixed` decides per graph, from a hash of the graph without its sizes, so a case,
-its replays and its second size (torchsim_diff.second_size) always get the same setting;
+its replays and its second size (torchsim_diff.run.second_size) always get the same setting;
 records carry the decision (`dynamic`). A dynamic case is also run at a second size through
 the same compiled function (`Compiler`), which is where recompilation and guard bugs show.
 

@@ -13,7 +13,7 @@ import struct
 
 import torch
 
-from torchsim_diff.layout import dtype_name, dtype_of, storage_of
+from torchsim_diff.case.layout import dtype_name, dtype_of, storage_of
 
 HEADER = struct.Struct("<Q")
 PICKLE_PROTOCOL = 4

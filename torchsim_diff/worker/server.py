@@ -16,9 +16,9 @@ import sys
 import time
 import traceback
 
-from torchsim_diff.kinds import Kind
-from torchsim_diff.program_check import ProgramRejected, load_program
-from torchsim_diff.worker import blame, protocol
+from torchsim_diff.results.kinds import Kind
+from torchsim_diff.case.program_check import ProgramRejected, load_program
+from torchsim_diff.worker import whose_fault, protocol
 from torchsim_diff.worker.protocol import Outcome, Request
 
 CACHE_SIZE = 64
@@ -90,7 +90,7 @@ class WorkerServer:
             _drop_empty(artifact_dir)
 
     def _compile_and_run(self, source: str, case: dict, ctx, repeat: int = 1) -> Outcome:
-        from torchsim_diff import layout
+        from torchsim_diff.case import layout
         from torchsim_diff.routes.base import RouteFailure, allow_many_programs
         if not self.ready:
             allow_many_programs()
@@ -118,7 +118,7 @@ class WorkerServer:
             return _outcome(failure.kind, failure.stage, failure.message, ctx,
                             t_compile=time.perf_counter() - t0 if stage == "compile" else None)
         except Exception as exc:  # noqa: BLE001 - a compiler's exception is a finding, ours a tool_error
-            if blame.is_ours(exc):
+            if whose_fault.is_ours(exc):
                 return _tool_error(stage, exc, ctx)
             kind = Kind.COMPILE_ERROR if stage == "compile" else Kind.RUNTIME_ERROR
             return _outcome(kind, stage, _describe(exc), ctx)
@@ -130,7 +130,7 @@ class WorkerServer:
         return Outcome.passed(*payloads, metrics, _list_files(ctx.artifact_dir))
 
     def _compiled(self, source: str, case: dict, ctx):
-        from torchsim_diff import layout
+        from torchsim_diff.case import layout
         key = _cache_key(source, case)
         if self.route.cacheable and key in self.cache:
             self.cache.move_to_end(key)
@@ -148,7 +148,7 @@ class WorkerServer:
 
 def _rerun_differs(compiled, case, ctx, outputs, inputs) -> str:
     """Run again on the same values; name the first result that differs bitwise, or ''."""
-    from torchsim_diff import layout
+    from torchsim_diff.case import layout
     again_inputs = layout.materialize_all(case)
     again = _as_output_tuple(compiled(again_inputs, ctx))
     pairs = [(f"output {i}", a, b) for i, (a, b) in enumerate(zip(outputs, again))]
@@ -194,7 +194,7 @@ def _outcome(kind: Kind, stage: str, message: str, ctx=None, t_compile=None) -> 
 
 def _tool_error(stage: str, exc: BaseException, ctx=None) -> Outcome:
     """A fault in our own code: `tool_error`, with the whole traceback kept as an artifact."""
-    message, _files = blame.describe_ours(exc, ctx.artifact_dir if ctx is not None else None)
+    message, _files = whose_fault.describe_ours(exc, ctx.artifact_dir if ctx is not None else None)
     return _outcome(Kind.TOOL_ERROR, stage, message, ctx)
 
 

@@ -34,9 +34,9 @@ import time
 
 import torch
 
-from torchsim_diff.kinds import Kind
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.base import RouteFailure, Unsupported
-from torchsim_diff.routes.spike import (
+from torchsim_diff.routes.spike.spike import (
     ABI,
     HARNESS_MARCH,
     MEMORY_MAP,

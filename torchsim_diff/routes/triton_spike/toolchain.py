@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from torchsim_diff.kinds import Kind
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.base import RouteFailure, Unsupported
 
 ADAPTER_ENV = "TRITON_ADAPTER_OPT"
@@ -92,7 +92,7 @@ class Tools:
     @classmethod
     def locate(cls) -> "Tools":
         """Every tool of the chain, or LookupError naming the missing one and the fix."""
-        from torchsim_diff.routes.spike import Toolchain
+        from torchsim_diff.routes.spike.spike import Toolchain
         spike_tools = Toolchain.locate()
         adapter = adapter_path()
         if adapter is None:

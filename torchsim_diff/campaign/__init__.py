@@ -1,0 +1,12 @@
+"""Front ends: a fuzz campaign from the command line, in pytest, or on a Ray cluster.
+
+    fuzz           `torchsim-diff fuzz`: draw cases, run every route, record everything
+    pytest_plugin  fuzz suites as pytest items (one warm checker per xdist worker)
+    ray_cluster    campaigns across machines: shards on actors, one driver
+    budget         time budgets: when to stop drawing, how long shrinking may go on
+    progress       live progress per route
+    options        option values checked where they are parsed
+    interrupts     SIGTERM ends a run as Ctrl-C does
+    bucket_claims  which pytest item raises a bucket
+    bytecode       where campaign Pythons write bytecode
+"""

@@ -1,0 +1,460 @@
+"""pytest plugin: fuzz suites as test items, one warm checker per xdist worker, one merged table.
+
+Options (see `pytest --help`, group torchsim-diff): --routes, --fuzz-examples, --fuzz-seed,
+--fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --fuzz-budget, --known-bugs.
+
+The controller probes the routes once: an unavailable route is named in the header with
+its reason and gets no items. With --fuzz-budget, items stop drawing cases when their
+share of the budget is spent (torchsim_diff.campaign.budget) and per-route timeouts adapt to the
+run (torchsim_diff.run.adaptive_timeouts); progress lines follow the records (torchsim_diff.campaign.progress).
+
+Hypothesis profiles registered here: `torchsim-ci` (few examples, fixed seeds, no database,
+no deadline), `torchsim-default` (a useful campaign; what fuzz items use when no profile is
+named) and `torchsim-long` (thousands per item); `ci` and `long` remain as aliases. Pick one
+with Hypothesis's own `--hypothesis-profile`. Other suites' profiles are never changed.
+
+Each xdist worker keeps one Checker (warm route workers, own Inductor caches) and writes
+its own results-<worker>.jsonl in the run's report folder; the controller prints the
+merged tables at the end. A failing case raises its bucket's own exception type, so
+Hypothesis shrinks each bug separately; a case in a known bucket (corpora/known) is
+recorded and not raised, and so is one in a bucket that another item raises already
+(torchsim_diff.campaign.bucket_claims): one bug ends one item, not every item that meets it.
+
+Faults are survived: a case whose route worker was killed from outside is recorded as
+`tool_error` and skipped, never raised (worker.client.RouteWorker.collect). In a fuzz run
+(--routes given, as scripts/fuzz.sh does) SIGTERM ends the session as Ctrl-C does: pytest
+reports it interrupted (exit 2) after the torchsim-diff report, with every record kept, and
+the route workers are killed rather than waited for.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import random
+import sys
+import time
+import zlib
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from torchsim_diff.campaign import bytecode, options
+from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock
+from torchsim_diff.campaign.interrupts import sigterm_as_interrupt
+from torchsim_diff.results.kinds import Kind
+from torchsim_diff.judge.op_figures import OpFigures
+from torchsim_diff.run.adaptive_timeouts import SHRINK_TIMEOUT_STEPS, TimeoutPolicy
+
+# Profiles under our own names: registering them changes no other suite's settings, and
+# one is loaded only when --hypothesis-profile names it. Fuzz items without one get
+# torchsim-default through FuzzSession.settings(), applied to those items alone.
+PROFILES = {
+    "torchsim-ci": dict(max_examples=6, deadline=None, database=None, print_blob=True,
+                        suppress_health_check=list(HealthCheck)),
+    "torchsim-default": dict(max_examples=40, deadline=None, print_blob=True,
+                             suppress_health_check=list(HealthCheck)),
+    "torchsim-long": dict(max_examples=1000, deadline=None, print_blob=True,
+                          suppress_health_check=list(HealthCheck)),
+}
+DEFAULT_PROFILE = "torchsim-default"
+# Earlier names, kept working unless another plugin registered them first. Hypothesis's own
+# `default` is never touched.
+ALIASES = {"ci": "torchsim-ci", "long": "torchsim-long"}
+
+
+def _register_profiles() -> None:
+    from hypothesis.errors import InvalidArgument
+    for name, kwargs in PROFILES.items():
+        settings.register_profile(name, **kwargs)
+    for alias, name in ALIASES.items():
+        try:
+            settings.get_profile(alias)
+        except InvalidArgument:
+            settings.register_profile(alias, **PROFILES[name])
+
+
+_register_profiles()
+
+DEFAULT_ROUTES = "eager,inductor"
+SESSION_NAME = "torchsim-diff-session"
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("torchsim-diff", "differential fuzzing of compiler routes")
+    group.addoption("--routes", default=None,
+                    help=f"comma-separated routes the fuzz suites run on (default: {DEFAULT_ROUTES})")
+    group.addoption("--fuzz-examples", type=int, default=None,
+                    help="examples per fuzz item (default: the Hypothesis profile's max_examples)")
+    group.addoption("--fuzz-seed", type=int, default=None,
+                    help="base seed; the ci profile uses 0, others draw one and print it")
+    group.addoption("--fuzz-dtypes", default="float32", help="comma-separated dtypes (default: float32)")
+    group.addoption("--fuzz-shards", type=int, default=1, help="items per route x family x dtype (default: 1)")
+    group.addoption("--report-dir", default=None, help="run folder (default: reports/pytest-<time>)")
+    group.addoption("--fuzz-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                    help=f"the most seconds a case may take; each route's limit adapts below it "
+                         f"(default: {DEFAULT_TIMEOUT_S:g})")
+    group.addoption("--fuzz-budget", default=None,
+                    help="time for the whole run, e.g. 600, 90s, 10m: items stop drawing cases when their "
+                         "share is spent, a fifth is kept for shrinking (default: no budget)")
+    group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known)")
+    group.addoption("--fuzz-reduce-budget", type=float, default=60.0,
+                    help="seconds to reduce each new failure at session end before bucketing it (0: bucket "
+                         "failures as found; default: 60)")
+
+
+# Option -> check of its value (torchsim_diff.campaign.options), run before anything starts.
+OPTION_CHECKS = {"--routes": options.route_list, "--fuzz-dtypes": options.dtype_list,
+                 "--fuzz-examples": options.positive_int, "--fuzz-shards": options.positive_int,
+                 "--fuzz-timeout": options.positive_seconds}
+
+
+def _validate_options(config) -> None:
+    """One line and pytest's usage exit for a bad option value, before any item runs."""
+    for name, check in OPTION_CHECKS.items():
+        value = config.getoption(name)
+        if value is None:
+            continue
+        try:
+            check(str(value))
+        except options.BadOption as exc:
+            raise pytest.UsageError(f"{name}={value!r}: {exc}") from None
+
+
+def pytest_configure(config):
+    _validate_options(config)
+    bytecode.redirect_this_process()       # before the route probe and xdist's workers import torch
+    session = FuzzSession(config)
+    config.pluginmanager.register(session, SESSION_NAME)
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(_XdistHooks(session), "torchsim-diff-xdist")
+
+
+def pytest_generate_tests(metafunc):
+    session = metafunc.config.pluginmanager.get_plugin(SESSION_NAME)
+    if "fuzz_route" in metafunc.fixturenames:
+        metafunc.parametrize("fuzz_route", session.runnable_routes())
+    if "fuzz_dtype" in metafunc.fixturenames:
+        metafunc.parametrize("fuzz_dtype", session.dtypes)
+    if "fuzz_shard" in metafunc.fixturenames:
+        metafunc.parametrize("fuzz_shard", range(session.shards))
+
+
+@pytest.fixture(scope="session")
+def torchsim_session(request):
+    """The run's FuzzSession: `check(case, route)`, `fuzz_seed(...)`, `settings()`."""
+    return request.config.pluginmanager.get_plugin(SESSION_NAME)
+
+
+class _XdistHooks:
+    def __init__(self, session):
+        self.session = session
+
+    def pytest_configure_node(self, node):
+        """Hand the controller's report folder, seed, budget and runnable routes to each worker."""
+        node.workerinput["torchsim_report_dir"] = self.session.report_dir
+        node.workerinput["torchsim_seed"] = self.session.base_seed
+        node.workerinput["torchsim_budget"] = self.session.budget.to_dict() if self.session.budget else None
+        node.workerinput["torchsim_routes"] = self.session.runnable_routes() if self.session.explicit_routes else None
+        self.session.release_probe()
+
+
+class FuzzSession:
+    """Per-process state: options, the lazily started Checker and the results writer."""
+
+    def __init__(self, config):
+        self.config = config
+        opt = config.getoption
+        worker_input = getattr(config, "workerinput", None)
+        self.worker_id = worker_input["workerid"] if worker_input else "main"
+        self.explicit_routes = opt("--routes") is not None
+        self.routes = [r for r in (opt("--routes") or DEFAULT_ROUTES).split(",") if r]
+        self.dtypes = [d for d in opt("--fuzz-dtypes").split(",") if d]
+        self.shards = max(1, opt("--fuzz-shards"))
+        self.examples = opt("--fuzz-examples")
+        self.timeout_s = opt("--fuzz-timeout")
+        self.timeouts = TimeoutPolicy(ceiling_s=self.timeout_s)
+        if worker_input and "torchsim_report_dir" in worker_input:
+            self.report_dir, self.base_seed = worker_input["torchsim_report_dir"], worker_input["torchsim_seed"]
+            self.budget = Budget.from_dict(worker_input["torchsim_budget"]) if worker_input["torchsim_budget"] else None
+            self._runnable = worker_input.get("torchsim_routes")
+        else:
+            self.report_dir = opt("--report-dir") or os.path.join("reports", time.strftime("pytest-%Y%m%d-%H%M%S"))
+            self.base_seed = self._choose_seed(opt("--fuzz-seed"))
+            self.budget = _budget_option(opt("--fuzz-budget"))
+            self._runnable = None
+        self.workers = worker_input.get("workercount", 1) if worker_input else 1
+        self.known = _load_known(opt("--known-bugs") or os.path.join(str(config.rootpath), "corpora", "known"))
+        self._checker = None
+        self._writer = None
+        self._availability: dict = {}
+        self._verdicts: dict = {}
+        self._fuzz_items = 0
+        self._items_done = 0
+        self._clock: ItemClock | None = None
+        self._item: str | None = None            # the fuzz item running in this process
+        self._claims = None
+        self._progress = None
+        self._sigterm = contextlib.ExitStack()  # SIGTERM as Ctrl-C for a fuzz run, until unconfigure
+        self.op_figures = OpFigures()
+
+    def _choose_seed(self, given_seed):
+        """--fuzz-seed, else 0 for profiles without an example database (ci: derandomized),
+        else a fresh one (printed in the header, so a run can be repeated)."""
+        if given_seed is not None:
+            return given_seed
+        profile = settings.get_profile(self.profile)
+        return 0 if profile.database is None else random.randrange(2**31)
+
+    # -- used by fuzz tests ------------------------------------------------------------
+    def fuzz_seed(self, *parts) -> int:
+        """A stable seed for one item: the base seed mixed with the item's parameters."""
+        return (self.base_seed * 1_000_003 + zlib.crc32("/".join(map(str, parts)).encode())) % (2**32)
+
+    @property
+    def profile(self) -> str:
+        """The profile fuzz items use: the one --hypothesis-profile names, else torchsim-default."""
+        return self.config.getoption("hypothesis_profile", default=None) or DEFAULT_PROFILE
+
+    def settings(self):
+        """Hypothesis settings for a fuzz item (its profile, with --fuzz-examples applied)."""
+        base = settings.get_profile(self.profile)
+        if self.examples is None:
+            return settings(base)
+        return settings(base, max_examples=self.examples)
+
+    def require(self, route: str) -> None:
+        """Skip the calling test with the reason when `route` cannot run here; end it at
+        once (BudgetSpent) when the budget's drawing time is over, before a worker starts."""
+        if self._clock is not None and time.time() >= self.budget.draw_end:
+            raise BudgetSpent
+        if self._runnable is not None and route in self._runnable:
+            return                                   # probed by the controller
+        if route not in self._availability:
+            self._availability[route] = self.checker.availability(route)
+        ok, reason, *_ = self._availability[route]
+        if not ok:
+            pytest.skip(f"route {route} unavailable: {reason}")
+
+    def check(self, case, route: str):
+        """Run, record, and raise the bucket's Finding unless the bucket is a known bug.
+
+        A case seen before (Hypothesis revisits cases while shrinking) gets its earlier
+        verdict again: no second run, no second record. Under a budget, a new case may
+        instead end the item (BudgetSpent) or, while shrinking past the item's share, be
+        passed over unrun (a skipped verdict, not recorded). A failure in a bucket that
+        another item claimed is recorded and not raised (torchsim_diff.campaign.bucket_claims).
+        """
+        key = (case.case_id, route)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            if self._clock is not None and not self._clock.admit():
+                from torchsim_diff.run.checker import Verdict
+                from torchsim_diff.results.kinds import Status
+                return Verdict(case, route, Status.SKIPPED, message="budget for shrinking spent")
+            verdict = self._verdicts[key] = self._run(case, route)
+        if not self.is_known(verdict) and verdict.failed and self._raises_here(verdict):
+            if self._clock is not None:
+                self._clock.failed(SHRINK_TIMEOUT_STEPS if verdict.kind == Kind.TIMEOUT else None)
+            verdict.raise_if_failed()
+        return verdict
+
+    def _raises_here(self, verdict) -> bool:
+        if self._item is None or verdict.bucket is None:
+            return True
+        if self._claims is None:
+            from torchsim_diff.campaign.bucket_claims import BucketClaims
+            self._claims = BucketClaims(os.path.join(self.report_dir, "claims.sqlite"))
+        return self._claims.held_by(verdict.bucket, self._item)
+
+    def _run(self, case, route: str):
+        """One route run under this route's adaptive timeout; its record is written."""
+        fresh = not self.checker.worker(route).alive()
+        shrinking_hang = self._clock is not None and self._clock.shrinking
+        limit = self.timeouts.limit(route, fresh=fresh, shrinking_timeout=shrinking_hang)
+        if self.budget is not None:
+            limit = self.budget.cap(limit)
+        verdict = self.checker.check(case, route, timeout_s=limit)
+        self.timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
+        record = verdict.record()
+        record["known"] = self.is_known(verdict)
+        record["op_errors"] = self.op_figures.for_verdict(self.checker, verdict, timeout_s=limit)
+        self.writer.write(record)
+        return verdict
+
+    def runnable_routes(self) -> list:
+        """--routes minus those unavailable here (probed once, in the controller)."""
+        if self._runnable is None:
+            self._runnable = [r for r in self.routes if self.probe()[r][0]]
+        return self._runnable
+
+    def probe(self) -> dict:
+        """route -> (available, reason), each route's worker started in parallel."""
+        missing = [r for r in self.routes if r not in self._availability]
+        if missing:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=len(missing)) as pool:
+                self._availability.update(zip(missing, pool.map(self.checker.availability, missing)))
+        return self._availability
+
+    def release_probe(self) -> None:
+        """The xdist controller runs no case: stop the workers it started to probe routes."""
+        if self._checker is not None:
+            self._checker.close()
+
+    def is_known(self, verdict) -> bool:
+        return bool(verdict.bucket and verdict.bucket in self.known)
+
+    @property
+    def checker(self):
+        if self._checker is None:
+            from torchsim_diff.run.checker import Checker
+            self._checker = Checker(out_dir=self.report_dir, timeout_s=self.timeout_s, tag=self.worker_id,
+                                    known_buckets=self.known)
+        return self._checker
+
+    @property
+    def writer(self):
+        if self._writer is None:
+            from torchsim_diff.results.jsonl import ResultsWriter
+            self._writer = ResultsWriter(os.path.join(self.report_dir, f"results-{self.worker_id}.jsonl"))
+        return self._writer
+
+    # -- hooks ---------------------------------------------------------------------------
+    def pytest_report_header(self, config):
+        budget = f" budget={self.budget.total_s:g}s" if self.budget else ""
+        # Probing starts a worker per route: done here only when routes were asked for.
+        routes = self.runnable_routes() if self.explicit_routes else self.routes
+        lines = [f"torchsim-diff: routes={','.join(routes)} dtypes={','.join(self.dtypes)} "
+                 f"seed={self.base_seed}{budget} report-dir={self.report_dir}"]
+        for route, reason in self.unavailable().items():
+            lines.append(f"torchsim-diff: route {route} unavailable, not fuzzed: {reason}")
+        return lines
+
+    def unavailable(self) -> dict:
+        """route -> reason, for the routes probed so far that cannot run here."""
+        return {route: probed[1] for route, probed in self._availability.items() if not probed[0]}
+
+    def pytest_collection_modifyitems(self, items):
+        self._fuzz_items = sum(1 for item in items if "fuzz_route" in getattr(item, "fixturenames", ()))
+
+    def pytest_runtest_setup(self, item):
+        if "fuzz_route" not in getattr(item, "fixturenames", ()):
+            return
+        self._item = item.nodeid
+        if self.budget is not None:
+            self._clock = ItemClock(self.budget, items=self._fuzz_items, workers=self.workers,
+                                    done_here=self._items_done)
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        """An item stopped by its budget (BudgetSpent through Hypothesis) passed with what it ran."""
+        report = yield
+        if self._clock is not None and call.excinfo is not None and call.excinfo.errisinstance(BudgetSpent):
+            report.outcome, report.longrepr = "passed", None
+        return report
+
+    def pytest_runtest_teardown(self, item):
+        if "fuzz_route" in getattr(item, "fixturenames", ()):
+            self._clock = self._item = None
+            self._items_done += 1
+
+    def pytest_sessionstart(self, session):
+        if getattr(self.config, "workerinput", None) is not None:
+            return
+        if self.explicit_routes:
+            self._sigterm.enter_context(sigterm_as_interrupt(only_over_default=True))
+        from torchsim_diff.campaign.progress import Board, Display, ProgressThread
+        start = self.budget.start if self.budget else time.time()
+        board = Board(start, self.budget.end if self.budget else None, self._history_buckets(), self.known)
+        self._progress = ProgressThread(self.report_dir, board, Display(_terminal_stream()))
+        self._progress.start()
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        if self._checker is not None:
+            if exitstatus == pytest.ExitCode.INTERRUPTED:
+                self._checker.stop()              # the case in flight is not waited for, nor reduced
+            else:
+                self._reduce_then_bucket()
+            self._checker.close()
+        if self._writer is not None:
+            self._writer.close()
+
+    def pytest_unconfigure(self, config):
+        self._sigterm.close()
+
+    def pytest_terminal_summary(self, terminalreporter):
+        if getattr(self.config, "workerinput", None):
+            return
+        if self._progress is not None:
+            self._progress.stop()
+        from torchsim_diff.report import tables
+        from torchsim_diff.results.jsonl import find_results, read_records
+        if not os.path.isdir(self.report_dir):
+            return
+        records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
+        if not records:
+            return
+        from torchsim_diff.campaign.fuzz import known_by_minimal_case, write_new_bundles
+        from torchsim_diff.triage.reduce import apply_refinements
+        records = [known_by_minimal_case(r, self.known) for r in apply_refinements(records, self.report_dir)]
+        terminalreporter.section("torchsim-diff")
+        new = self._update_bucket_history(records)
+        bundles = write_new_bundles(records, new, self.report_dir)
+        for line in tables.end_report(records, new, bundles, self.report_dir, self.unavailable()):
+            terminalreporter.write_line(line)
+
+    def _reduce_then_bucket(self) -> None:
+        """Each process reduces its own new failures (xdist workers in parallel) before the
+        main process buckets them (reduce.apply_refinements in the summary)."""
+        budget = self.config.getoption("--fuzz-reduce-budget")
+        failures = [v for v in self._verdicts.values() if v.failed and not self.is_known(v)]
+        if budget > 0 and failures:
+            from torchsim_diff.triage.reduce import REFINED_PREFIX, refine_verdicts
+            path = os.path.join(self.report_dir, f"{REFINED_PREFIX}{self.worker_id}.jsonl")
+            refine_verdicts(self._checker, failures, path, budget_s=budget)
+
+    def _history_path(self) -> str:
+        return os.path.join(os.path.dirname(os.path.abspath(self.report_dir)), "buckets.json")
+
+    def _history_buckets(self) -> set:
+        """Buckets of earlier runs, for marking NEW ones in the progress lines."""
+        from torchsim_diff.triage.bucket_history import BucketStore
+        try:
+            return set(BucketStore(self._history_path()).buckets)
+        except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks only
+            return set()
+
+    def _update_bucket_history(self, records) -> set:
+        from torchsim_diff.triage.bucket_history import BucketStore
+        from torchsim_diff.campaign.fuzz import is_new_failure
+        store = BucketStore(self._history_path())
+        for record in records:
+            if is_new_failure(record):     # a known bug is not new
+                store.add(record)
+        store.save()
+        return store.new
+
+
+def _budget_option(text):
+    if text is None:
+        return None
+    try:
+        return Budget.parse(text)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--fuzz-budget: {exc}") from None
+
+
+def _terminal_stream():
+    """A handle on the terminal that pytest's output capturing (fd 1 redirected while a test
+    runs) does not swallow: the progress thread writes while tests run in this process."""
+    try:
+        return os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
+    except (OSError, ValueError, AttributeError):
+        return sys.stderr
+
+
+def _load_known(folder: str) -> set:
+    """Buckets of the known bugs kept in the corpus (entries with "expect": "fail")."""
+    from torchsim_diff.triage.corpus import known_buckets
+    return known_buckets(folder)

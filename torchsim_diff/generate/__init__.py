@@ -1,0 +1,4 @@
+"""Drawing cases: Hypothesis strategies over the op registry (torchsim_diff.ops).
+
+    strategies     small op graphs over strided, broadcast and in/out inputs, valid by construction
+"""

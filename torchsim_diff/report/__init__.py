@@ -1,0 +1,8 @@
+"""What a run hands people: tables, the HTML page, and reproducer bundles.
+
+    tables          summary, tolerance, bucket and coverage tables over records
+    bundles         reproducer bundles (repro.py, case, inputs, notes) per bucket
+    adapter_bundle  repro.py for a Triton-to-linalg adapter bug (the kernel's TTIR)
+    mlir_host       the host runner a torch-mlir bundle ships
+    script_text     record text made safe for the scripts a bundle ships
+"""

@@ -1,0 +1,726 @@
+"""Reproducer bundles a maintainer files as they are: one folder per bug.
+
+    >>> write_bundle(record, "reports/run/bundles/1cfb0bfb18")
+    >>> write_bundle(entry_record(read_entry("corpora/known/X.json")), "bundles/X")
+
+A bundle holds:
+    repro.py    standalone: torch (and the route's toolchain) only. The minimal program, its
+                inputs from small explicit values as `as_strided` views (guard storage only
+                for a guard violation), eager / compiled / float64 printed; exit 1 while the
+                bug reproduces, 0 once fixed, 2 when torch or the toolchain is missing.
+    judge.py    torchsim-diff's comparison rule, copied verbatim (torchsim_diff/judge/comparison.py).
+    triton_shims.py  (triton route) only the interpreter shims this bug needs.
+    ISSUE.md    for the upstream project the route belongs to, in that project's issue
+                template sections, with where to file it, a title in the maintainer's words,
+                the known-bug note and first divergent op on top, and versions from the
+                route's own report (and torch's collect_env for PyTorch).
+    case.json   the case; artifacts/ the route's files from the run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+from torchsim_diff.report import adapter_bundle
+from torchsim_diff.case import layout, values
+from torchsim_diff.case.graph import Case, CaseError
+from torchsim_diff.report.script_text import check_script, docstring
+
+INLINE_ELEMENTS = 64          # larger storages go to inputs.pt instead of repro.py
+SHOWN = 8                     # outputs up to this size print whole; larger ones their first differing elements
+SHIMS_FILE = "triton_shims.py"
+
+
+class BundleError(ValueError):
+    """A record that cannot be turned into a bundle (message names the field)."""
+
+
+# -- upstream projects -------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Project:
+    name: str
+    repo: str
+    file_at: str
+    sections: tuple          # (bug section, versions section) of its issue template
+
+
+PROJECTS = {p.name: p for p in (
+    Project("pytorch", "pytorch/pytorch", "https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml",
+            ("### 🐛 Describe the bug", "### Versions")),
+    Project("triton", "triton-lang/triton", "https://github.com/triton-lang/triton/issues/new?template=bug.yml",
+            ("### Describe the bug", "### Environment details")),
+    Project("torch-mlir", "llvm/torch-mlir", "https://github.com/llvm/torch-mlir/issues/new",
+            ("## Description", "## Versions")),
+    Project("llvm", "llvm/llvm-project", "https://github.com/llvm/llvm-project/issues/new",
+            ("## Description", "## Version")),
+    Project("triton-adapter", "Ascend/triton-ascend", "https://gitcode.com/Ascend/triton-ascend/issues",
+            ("## Description", "## Environment")),
+)}
+ROUTE_PROJECT = {"eager": "pytorch", "inductor": "pytorch", "triton": "pytorch", "triton-cuda": "pytorch",
+                 "mlir": "torch-mlir", "spike": "torch-mlir", "triton-spike": "triton-adapter"}
+# How the title names the compiler, per (project, route).
+COMPILER_NAMES = {("pytorch", "inductor"): "torch.compile (Inductor CPU)",
+                  ("pytorch", "triton"): "torch.compile (Inductor Triton kernels, TRITON_INTERPRET=1)",
+                  ("pytorch", "triton-cuda"): "torch.compile (Inductor Triton, CUDA)",
+                  ("triton", "triton"): "Interpreter (TRITON_INTERPRET=1)",
+                  ("torch-mlir", "mlir"): "fx.export_and_import (linalg-on-tensors)",
+                  ("torch-mlir", "spike"): "fx.export_and_import (linalg-on-tensors)",
+                  ("llvm", "spike"): "[RISCV]"}
+
+
+def project_of(record: dict) -> Project:
+    """The upstream project: the record's `project`, else the one its `upstream` URL names,
+    else the route's."""
+    name = record.get("project")
+    upstream = record.get("upstream") or ""
+    if not name:
+        name = next((p.name for p in PROJECTS.values() if p.repo in upstream), None)
+    name = name or ROUTE_PROJECT.get(record.get("route"), "pytorch")
+    if name not in PROJECTS:
+        raise BundleError(f"project={name!r} is not one of {', '.join(PROJECTS)}")
+    return PROJECTS[name]
+
+
+# -- the title -------------------------------------------------------------------------------
+LAYOUT_WORDS = {"transposed": "permuted", "sliced": "sliced", "broadcast": "expanded (stride-0)",
+                "offset": "storage-offset", "channels_last": "channels-last", "overlapping": "self-overlapping",
+                "strided": "non-contiguous", "inout": "mutated"}
+SYMPTOMS = {"wrong_values": "returns wrong values", "nonfinite_mismatch": "returns a different NaN/Inf pattern",
+            "guard_violation": "writes outside the tensor's view", "shape_mismatch": "returns a wrong shape",
+            "dtype_mismatch": "returns a wrong dtype", "crash": "crashes the process", "timeout": "hangs",
+            "nondeterministic": "differs from run to run", "runtime_error": "raises at run time",
+            "compile_error": "fails to compile"}
+INDEX_OPS = ("argmax", "argmin")
+TITLE_EXPRESSION_CHARS = 80
+
+
+def title(record: dict, case: Case) -> str:
+    """"<compiler>: <expr> on a <layout> input <symptom>", from the minimal case and trigger."""
+    project = project_of(record)
+    compiler = COMPILER_NAMES.get((project.name, record["route"]), f"{project.name} ({record['route']})")
+    words = [LAYOUT_WORDS[t] for t in _trigger_of(record, case) if t in LAYOUT_WORDS]
+    where = f" on {_article(words[0])} {' '.join(words)} input" if words else ""
+    dtype = f" ({case.dtype})" if case.dtype != "float32" else ""
+    return f"{compiler}: {expression(case, failing_outputs(record, case))}{where}{dtype} {_symptom(record, case)}"
+
+
+NO_VALUE_KINDS = ("compile_error", "runtime_error", "crash", "timeout")
+
+
+def failing_outputs(record: dict, case: Case) -> list:
+    """The outputs the failure is about: the one its message names ("output 1: ..."), every
+    output when the whole program fails to compile or run, else the first."""
+    named = (record.get("message") or "").split(":", 1)[0].split()
+    if len(named) == 2 and named[0] == "output" and named[1].isdigit() and int(named[1]) < len(case.outputs):
+        return [case.outputs[int(named[1])]]
+    return list(case.outputs) if record.get("kind") in NO_VALUE_KINDS else case.outputs[:1]
+
+
+def _trigger_of(record: dict, case: Case) -> list:
+    """The ablation trigger when reduce-then-bucket found one, else the inputs' layout classes."""
+    if record.get("trigger") is not None and record.get("reduced_case"):
+        return list(record["trigger"])
+    classes = set()
+    for spec in case.inputs:
+        lay = spec["layout"]
+        classes.update(layout.layout_classes(spec["shape"], lay["strides"], lay["offset"], lay["storage_size"],
+                                             bool(spec.get("mutated"))))
+    return sorted(classes - {"contiguous"}, key=list(LAYOUT_WORDS).index)
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def _symptom(record: dict, case: Case) -> str:
+    kind = record.get("kind") or "wrong_values"
+    if kind == "wrong_values" and first_op(record, case) in INDEX_OPS:
+        return "returns a wrong index"
+    if kind in ("compile_error", "runtime_error"):
+        first = (record.get("message") or "").splitlines()[0] if record.get("message") else ""
+        short = first if len(first) <= 90 else first[:90].rsplit(" ", 1)[0] + " ..."
+        return f"{SYMPTOMS[kind]}: {short}" if first else SYMPTOMS[kind]
+    return SYMPTOMS.get(kind, kind.replace("_", " "))
+
+
+def expression(case: Case, outputs: list | None = None) -> str:
+    """The case's `outputs` (default: its first) as nested op calls, inputs named x, y, z, w:
+    'argmax(silu(x))'; several outputs are joined by commas."""
+    names = {spec["name"]: n for spec, n in zip(case.inputs, _input_letters(len(case.inputs)))}
+    nodes = {n["id"]: n for n in case.nodes}
+
+    def expr(ref: str) -> str:
+        if ref in names:
+            return names[ref]
+        node = nodes[ref]
+        args = [expr(a) for a in node["args"]]
+        if node["op"].endswith("_"):
+            return f"{args[0]}.{node['op']}({', '.join(args[1:])})"
+        return f"{node['op']}({', '.join(args)})"
+    refs = outputs or case.outputs[:1] or [n["id"] for n in case.nodes][-1:]
+    if not refs:
+        return "program()"
+    shown = [expr(refs[0])]
+    for ref in refs[1:]:      # a title stays readable: the outputs that fit, then an ellipsis
+        if len(", ".join(shown + [expr(ref)])) > TITLE_EXPRESSION_CHARS:
+            return ", ".join(shown) + ", ..."
+        shown.append(expr(ref))
+    return ", ".join(shown)
+
+
+def _input_letters(count: int) -> list:
+    return list("xyzw")[:count] if count <= 4 else [f"x{k}" for k in range(count)]
+
+
+# -- repro.py --------------------------------------------------------------------------------
+ROUTE_SETUP = {
+    "eager": ("", "compiled = program"),
+    "inductor": ("", 'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)'),
+    "triton": ("import triton_shims  # first: sets TRITON_INTERPRET=1, installs the shims this bug needs",
+               'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)'),
+}
+# torch-mlir: the import to linalg is where its bugs show; running the lowered module needs
+# torchsim-diff's JIT or Spike harness, so past the import the script says so and exits 2.
+_MLIR_SETUP = (
+    "from torch_mlir import fx  # torch-mlir", """def compiled(*xs):  # the route's first stage: torch.export, then torch-mlir's import to linalg
+    module = type("Program", (torch.nn.Module,), {"forward": lambda self, *a: program(*a)})()
+    exported = torch.export.export(module, tuple(x.contiguous() for x in xs), strict=False).run_decompositions()
+    fx.export_and_import(exported, output_type="linalg-on-tensors")
+    sys.exit(print("cannot run here: imported; running it needs torchsim-diff replay case.json --routes ROUTE") or 2)
+
+
+try:
+    compiled(*inputs())
+except Exception as exc:  # torch-mlir failing is the bug
+    sys.exit(print(f"REPRODUCES: {type(exc).__name__}: {str(exc).strip()[:2000]}") or 1)""")
+IMPORT_ONLY = ("mlir", "spike")     # routes whose script stops after the compiler's import stage
+ROUTE_SETUP.update({route: (_MLIR_SETUP[0], _MLIR_SETUP[1].replace("ROUTE", route)) for route in IMPORT_ONLY})
+# A torch-mlir lowering bug shows on the host too: repro.py runs the lowered module there with
+# the mlir_host.py the bundle ships, and compares values like the other routes.
+HOST_SETUP = ("import mlir_host  # next to this script: the lowering run on this host by MLIR's JIT",
+              "compiled = lambda *xs: mlir_host.run(program, xs)  # torch.export, torch-mlir's import to "
+              "linalg, lowered to LLVM, run here")
+TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "a C++ compiler", "mlir": "torch-mlir",
+             "spike": "torch-mlir"}
+
+
+def runs_on_host(record: dict, case: Case) -> bool:
+    """Whether the bundle runs a torch-mlir value bug on the host (see HOST_SETUP)."""
+    from torchsim_diff.triage import signatures
+    from torchsim_diff.report import mlir_host
+    return (record.get("route") in IMPORT_ONLY and record.get("kind") in {k.value for k in signatures.VALUE_KINDS}
+            and project_of(record).name == "torch-mlir" and mlir_host.runs_on_host(case))
+
+
+def harness_only(route: str) -> bool:
+    """Whether repro.py runs the route through torchsim-diff's checker (_HARNESS_SCRIPT)."""
+    return route not in ROUTE_SETUP
+
+
+def standalone_routes() -> list:
+    """Routes whose repro.py runs the route itself (others print why and exit 2)."""
+    return sorted(ROUTE_SETUP)
+
+
+def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool = False) -> str:
+    """The text of repro.py (see module docstring)."""
+    route = record["route"]
+    host = runs_on_host(record, case)
+    env, setup = HOST_SETUP if host else ROUTE_SETUP.get(route, ("", None))
+    import_only = route in IMPORT_ONLY and not host
+    head = [title(record, case)]
+    head += [f"Known bug: {note}"] if note else []
+    head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
+             f"{TOOLCHAIN.get(route) or _HARNESS_TOOLCHAIN.format(route=route)} missing."]
+    doc = "\n".join(head)
+    if setup is None:
+        script = _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S, run_dir=HARNESS_RUN_DIR)
+        return check_script(docstring(doc) + "\n" + script, doc)
+    imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
+               "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
+    imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
+    body = [_program_source(case), _inputs_source(case, record.get("kind"), inputs_file)]
+    if record.get("kind") == "timeout":
+        body.insert(0, _WATCHDOG)
+    if import_only:
+        body.append(setup + "\n")
+    else:
+        body.append(setup + "\n" + _run_source(case, record.get("kind")))
+    text = docstring(doc) + "\n" + "\n".join(x for x in imports if x) + "\n\n\n" + "\n\n".join(body)
+    return check_script(text.rstrip("\n") + "\n", doc)
+
+
+def first_op(record: dict, case: Case) -> str | None:
+    """The first divergent op: recorded by reduce-then-bucket, else the failing output's op."""
+    found = record.get("first_op") or record.get("op")
+    if found:
+        return found
+    producers = {n["id"]: n["op"] for n in case.nodes}
+    return producers.get(case.outputs[0]) if case.outputs else None
+
+
+def _divergence(record: dict, case: Case) -> str:
+    if record.get("kind") in NO_VALUE_KINDS:
+        where = (f"failing op `{record['first_op']}`" if record.get("first_op") else
+                 "the program's ops: " + ", ".join(f"`{op}`" for op in dict.fromkeys(n["op"] for n in case.nodes)))
+        return f"Fails while compiling or running (no value to compare); {where}."
+    return f"First divergent op: `{first_op(record, case)}`."
+
+
+def _program_source(case: Case) -> str:
+    return case.program_source().split("\n", 1)[1].strip("\n") + "\n"
+
+
+def _inputs_source(case: Case, kind: str | None, inputs_file: bool) -> str:
+    lines = ["def inputs(dtype=torch.float32):  # fresh views (sizes, strides, storage offset) of explicit storages"]
+    if inputs_file:
+        lines.append('    saved = torch.load(os.path.join(os.path.dirname(__file__), "inputs.pt"))')
+    views = []
+    for k, spec in enumerate(case.inputs):
+        lay = spec["layout"]
+        source = f"saved[{k}]" if inputs_file else _values_literal(storage_values(case, k, kind))
+        dtype = "dtype" if spec["dtype"] == case.dtype and layout.dtype_of(spec["dtype"]).is_floating_point \
+            else f"torch.{spec['dtype']}"
+        views.append(f"torch.tensor({source}, dtype={dtype}).as_strided({tuple(spec['shape'])}, "
+                     f"{tuple(lay['strides'])}, {lay['offset']})" if not inputs_file else
+                     f"{source}.to({dtype}).as_strided({tuple(spec['shape'])}, {tuple(lay['strides'])}, {lay['offset']})")
+    lines.append(f"    return [{', '.join(views)}]")
+    return "\n".join(lines) + "\n"
+
+
+def storage_values(case: Case, k: int, kind: str | None) -> list:
+    """Input k's storage as Python numbers: the view's values, with guard values around them
+    only for a guard violation (elsewhere 0, and the storage ends where the view does)."""
+    spec = case.inputs[k]
+    lay = spec["layout"]
+    view = layout.materialize(spec, int(case.values.get("seed", 0)), k, bool(case.values.get("special", False)))
+    storage = layout.storage_of(view).clone()
+    if kind != "guard_violation":
+        covered = layout.covered_mask(spec["shape"], lay["strides"], lay["offset"], lay["storage_size"])
+        storage[~covered] = 0
+        storage = storage[: max(lay["offset"] + layout.span(spec["shape"], lay["strides"]), 1)]
+    return storage.tolist()
+
+
+def _values_literal(values: list) -> str:
+    return "[" + ", ".join(_number(v) for v in values) + "]"
+
+
+def _number(v) -> str:
+    if isinstance(v, bool):
+        return repr(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return f'float("{v}")'
+    if isinstance(v, float) and v.is_integer() and math.copysign(1.0, v) > 0:   # -0.0 keeps its sign
+        return str(int(v)) + "."
+    return repr(v)
+
+
+def _run_source(case: Case, kind: str | None) -> str:
+    mutated = [k for k, spec in enumerate(case.inputs) if spec.get("mutated")]
+    keeps_inputs = mutated or kind == "guard_violation"     # their checks read eager's inputs after the run
+    lines = ["ex, tx, gx = inputs(), inputs(torch.float64), inputs()", "eager, truth = program(*ex), program(*tx)"] \
+        if keeps_inputs else ["eager, truth, gx = program(*inputs()), program(*inputs(torch.float64)), inputs()"]
+    lines += ["try:",
+              "    got = compiled(*gx)",
+              "except Exception as exc:  # the compiler failing is the bug",
+              '    sys.exit(print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}") or 1)',
+              f"allow = judge.carried(program, inputs(torch.float64), torch.{case.dtype})",
+              "checks = [(f\"output {i}\", *c) for i, c in enumerate(zip(got, eager, truth, allow.outputs, "
+              "allow.sensitivity, allow.unstable, allow.overflow))]"]
+    if mutated:
+        lines.append(f"checks += [(f\"input {{k}}\", gx[k], ex[k], tx[k], allow.inputs[k], "
+                     f"allow.input_sensitivity[k], None, allow.input_overflow[k]) for k in {mutated}]")
+    lines += ["for where, g, e, t, carried, sensitivity, unstable, overflow in checks:",
+              f"    at = (~judge.same_bits(g, e)).reshape(-1).nonzero()[:{SHOWN}, 0] if e.numel() > {SHOWN} and "
+              "(g.shape, g.dtype) == (e.shape, e.dtype) else None  # a large output: its first elements that differ",
+              '    print(f"{where}:" + ("" if at is None else f" shape {list(e.shape)}, flat indices {at.tolist()}"), '
+              '*(f"  {n:8} {(x if at is None else x.reshape(-1)[at]).tolist()}" for n, x in '
+              '(("eager", e), ("compiled", g), ("float64", t))), sep="\\n")',
+              "    bad, _ = judge.compare(g, e, t, where=where, carried=carried, sensitivity=sensitivity, "
+              "unstable=unstable, overflow=overflow)",
+              "    if bad:",
+              '        sys.exit(print(f"REPRODUCES: {bad.message}") or 1)']
+    if kind == "guard_violation":
+        lines += _GUARD_CHECK
+    lines.append('print("FIXED: the compiled program agrees with eager and float64")')
+    return "\n".join(lines) + "\n"
+
+
+_GUARD_CHECK = [
+    "for k, (g, e, fresh) in enumerate(zip(gx, ex, inputs())):  # storage outside what eager wrote",
+    "    flat = [x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0) for x in (g, e, fresh)]",
+    "    kept = flat[1] == flat[2]",
+    "    if not torch.equal(flat[0][kept], flat[2][kept]):",
+    '        sys.exit(print(f"REPRODUCES: input {k}: storage changed outside the elements eager wrote") or 1)',
+]
+# A hang may sit in native code that never returns to Python (no signal handler runs there):
+# the script runs itself in a child and calls a child past HANG_S a reproduction.
+HANG_S = 60
+_WATCHDOG = f'''if "--child" not in sys.argv:  # a hang is the bug: run in a child with a time limit
+    import subprocess
+    try:
+        sys.exit(subprocess.run([sys.executable, __file__, "--child"], timeout={HANG_S}).returncode)
+    except subprocess.TimeoutExpired:
+        sys.exit(print("REPRODUCES: no result within {HANG_S} s") or 1)
+'''
+# A route only torchsim-diff drives (triton-spike: Inductor's kernels through the adapter to
+# Spike) is the toolchain itself: the script runs case.json on it with torchsim-diff's checker.
+HARNESS_TIMEOUT_S = 600
+HARNESS_RUN_DIR = "run"       # the checker's folder next to repro.py: the route's files of the last run
+_HARNESS_TOOLCHAIN = "torchsim-diff with route {route} (its toolchain)"
+_HARNESS_SCRIPT = '''import os
+import sys
+try:
+    import torch  # noqa: F401
+    from torchsim_diff.run.checker import Checker  # the route's toolchain: torchsim-diff drives {route}
+    from torchsim_diff.case.graph import Case
+    from torchsim_diff.routes import route_names
+except ImportError as exc:
+    sys.exit(print(f"cannot run here: {{exc}}") or 2)
+
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "case.json"), encoding="utf-8") as handle:
+    case = Case.from_json(handle.read())
+print(case.program_source())
+with Checker(out_dir=os.path.join(here, "{run_dir}"), timeout_s={timeout_s}) as checker:  # keeps the route's files
+    registered = "{route}" in route_names()
+    available, why, _versions = checker.availability("{route}") if registered else (False, "not registered here", 0)
+    if not available:
+        sys.exit(print(f"cannot run here: route {route}: {{why}}") or 2)
+    verdict = checker.check(case, "{route}")
+print(verdict.message)
+if verdict.failed and verdict.kind.is_bug:
+    sys.exit(print(f"REPRODUCES: {route} {{verdict.kind.value}} at stage {{verdict.stage}}") or 1)
+if verdict.failed:
+    sys.exit(print(f"cannot run here: {{verdict.kind.value}}") or 2)
+print("FIXED: {route} agrees with eager and float64")
+'''
+
+
+# -- triton shims: only those this bug needs ------------------------------------------------
+SHIM_CALLS = ("_patch_backend_hash", "_silence_no_backend_warning", "_patch_libdevice", "_patch_mask_dtype",
+              "_patch_interpreter_options", "_patch_lang_once_per_kernel", "_patch_tree_reduce",
+              "_patch_bf16_dot", "enable_triton_gemm")
+REQUIRED_SHIMS = ("_patch_backend_hash",)      # CPU tensors get Triton kernels: the route itself
+
+
+def shims_source(calls) -> str:
+    """A module with triton_shims' functions `calls` (and what they use) and an install()
+    calling them in order: the bundle's triton_shims.py."""
+    import ast
+    import inspect
+
+    from torchsim_diff.routes.triton import shims
+    source = inspect.getsource(shims)
+    tree = ast.parse(source)
+    defined = {}
+    for node in tree.body:
+        for name in _names_defined(node):
+            defined[name] = node
+    keep, todo = set(), list(calls) + ["_STATE"]
+    while todo:
+        node = defined.get(todo.pop())
+        if node is None or id(node) in keep:
+            continue
+        keep.add(id(node))
+        todo += [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+    imports = [ast.get_source_segment(source, n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    parts = ['"""Triton-interpreter shims from torchsim-diff (routes/triton/shims.py), only those '
+             'this bug needs."""\n' + "\n".join(imports)]
+    parts += [ast.get_source_segment(source, n) for n in tree.body if id(n) in keep]
+    parts.append("def install():\n" + "".join(f"    {c}()\n" for c in calls))
+    parts.append('os.environ["TRITON_INTERPRET"] = "1"   # before torch and triton are imported\ninstall()')
+    return "\n\n\n".join(parts) + "\n"
+
+
+def _names_defined(node) -> list:
+    import ast
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
+
+
+def minimise_shims(bundle: str, python: str = sys.executable, timeout_s: float = 300) -> list:
+    """The shim calls repro.py needs for its outcome (exit status and verdict line): first
+    without every optional shim at once, else dropping one at a time, each in a fresh process."""
+    baseline = _outcome(bundle, python, timeout_s)
+    if _keeps(bundle, list(REQUIRED_SHIMS), baseline, python, timeout_s):
+        return list(REQUIRED_SHIMS)
+    calls = list(SHIM_CALLS)
+    for call in SHIM_CALLS:
+        trial = [c for c in calls if c != call]
+        if call not in REQUIRED_SHIMS and _keeps(bundle, trial, baseline, python, timeout_s):
+            calls = trial
+    _write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
+    return calls
+
+
+def _keeps(bundle: str, calls: list, baseline: tuple, python: str, timeout_s: float) -> bool:
+    _write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
+    return _outcome(bundle, python, timeout_s) == baseline
+
+
+def _outcome(bundle: str, python: str, timeout_s: float) -> tuple:
+    """(exit status, normalised verdict line) of one run of repro.py."""
+    from torchsim_diff.triage.signatures import normalise
+    try:
+        done = subprocess.run([python, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return ("timeout", "")
+    verdict = [ln for ln in done.stdout.splitlines() if ln.startswith(("REPRODUCES", "FIXED", "cannot run"))]
+    return done.returncode, normalise(verdict[-1] if verdict else "")
+
+
+def run_script(bundle: str, python: str = sys.executable, timeout_s: float = 300) -> str:
+    """repro.py's output (last 40 lines) and exit status."""
+    try:
+        done = subprocess.run([python, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"(no result within {timeout_s:g} s)"
+    lines = done.stdout.rstrip("\n").splitlines()[-40:]
+    return "\n".join(lines + [f"$ echo $?  # {done.returncode}"])
+
+
+# -- the bundle ----------------------------------------------------------------------------
+def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
+                 run: bool = False) -> str:
+    """Write the bundle of a results.jsonl or known-entry `record` into `to_dir`; returns it.
+
+    The record's reduced case is used when it has one. minimise: find the triton shims the
+    bug needs by running repro.py without each (slow: one run per shim). run: run repro.py
+    once and quote its output in ISSUE.md (else the recorded message is quoted)."""
+    case = _case_of(record)
+    if not record.get("route"):
+        raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
+    from torchsim_diff.routes import route_names
+    if not isinstance(record["route"], str) or record["route"] not in route_names():
+        raise BundleError(f"record's route {str(record['route'])[:60]!r} is not a route of this torchsim-diff "
+                          f"({', '.join(route_names())})")
+    record = script_record(record)
+    route = record["route"]
+    os.makedirs(to_dir, exist_ok=True)
+    _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
+    inputs_file = sum(int(s["layout"]["storage_size"]) for s in case.inputs) > INLINE_ELEMENTS
+    if inputs_file and not harness_only(route):
+        _save_inputs(case, record.get("kind"), os.path.join(to_dir, "inputs.pt"))
+    from torchsim_diff.judge import comparison
+    if not harness_only(route):      # the harness judges with its own copy
+        shutil.copyfile(comparison.__file__, os.path.join(to_dir, "judge.py"))
+    if route == "triton":
+        _write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
+    if runs_on_host(record, case):
+        from torchsim_diff.report import mlir_host
+        _write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
+    note = record.get("note") or ""
+    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, note=note, inputs_file=inputs_file))
+    if adapter_bundle.is_adapter_bug(record):
+        artifacts_dir = _adapter_bundle(record, case, to_dir, artifacts_dir) or artifacts_dir
+    if route == "triton" and minimise:
+        record = {**record, "shims": minimise_shims(to_dir)}
+    if run:
+        record = {**record, "repro_output": run_script(to_dir)}
+    copied = _copy_artifacts(artifacts_dir or record.get("reduced_artifacts") or record.get("artifacts"),
+                             os.path.join(to_dir, "artifacts"))
+    copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
+    _write_text(os.path.join(to_dir, "ISSUE.md"), render_issue(record, case, to_dir, copied))
+    return to_dir
+
+
+def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | None) -> str | None:
+    """Ship the kernel the adapter fails on and a repro.py that runs the adapter alone; the
+    artifact folder it came from (a replay on triton-spike when the record has none)."""
+    source = artifacts_dir or record.get("reduced_artifacts") or record.get("artifacts")
+    ttir = adapter_bundle.failing_kernel(source)
+    if ttir is None:
+        import tempfile
+        source = adapter_bundle.replay_artifacts(case, tempfile.mkdtemp(prefix="torchsim-diff-adapter-"))
+        ttir = adapter_bundle.failing_kernel(source)
+    if ttir is None:
+        return None
+    from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_ENV, adapter_path
+    if adapter_path():       # the quoted run finds the adapter where the route does
+        os.environ.setdefault(ADAPTER_ENV, adapter_path())
+    adapter_bundle.write_kernel(ttir, to_dir)
+    head = [title(record, case)] + ([f"Known bug: {record['note']}"] if record.get("note") else [])
+    head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_bundle.KERNEL_FILE}).")
+    _write_text(os.path.join(to_dir, "repro.py"), adapter_bundle.render_script("\n".join(head)))
+    return source
+
+
+# A PyTorch compile error met on triton-spike is in Inductor's Triton codegen, before any kernel
+# runs: the triton route compiles the same kernels (torch and triton only). A value bug may
+# depend on the executor (masked lanes Spike leaves undefined), so it stays on its route.
+SCRIPT_ROUTES = {("pytorch", "triton-spike", "compile_error"): "triton"}
+
+
+def script_record(record: dict) -> dict:
+    """`record` with the route its repro.py runs (SCRIPT_ROUTES), the route it was met on as `found_on`."""
+    route = SCRIPT_ROUTES.get((project_of(record).name, record["route"], record.get("kind")))
+    return {**record, "route": route, "found_on": record["route"]} if route else record
+
+
+def entry_record(entry) -> dict:
+    """A known corpus entry as a record write_bundle takes (`export corpora/known/X.json`)."""
+    raw = entry.raw
+    if not entry.route:
+        raise BundleError(f"{entry.path}: not a known-bug entry (no 'route'); only known bugs have bundles")
+    return {"route": entry.route, "kind": raw.get("kind"), "message": raw.get("message", ""),
+            "case": entry.case.to_dict(), "note": raw.get("note", ""), "upstream": raw.get("upstream", ""),
+            "project": raw.get("project"), "first_op": raw.get("first_op"), "op": raw.get("first_op"),
+            "bucket": entry.bucket, "artifacts": None}
+
+
+def _case_of(record: dict) -> Case:
+    if not isinstance(record, dict) or "case" not in record:
+        raise BundleError("record has no 'case'; pass a results.jsonl record (Verdict.record())")
+    from torchsim_diff.case.validate import validate_case
+    try:   # records come from files: both the case and the reduced case are checked whole
+        return without_unused_inputs(validate_case(record.get("reduced_case") or record["case"]))
+    except CaseError as exc:
+        raise BundleError(f"record's case is invalid: {exc}") from None
+
+
+def without_unused_inputs(case: Case) -> Case:
+    """`case` without the inputs its program never reads (an unreduced case keeps them all),
+    the others' storages pinned as explicit data: drawn values depend on an input's position."""
+    read = {a for node in case.nodes for a in node["args"]} | set(case.outputs)
+    if all(spec["name"] in read for spec in case.inputs):
+        return case
+    data = case.to_dict()
+    views = layout.materialize_all(data)
+    data["inputs"] = [{**spec, "data": values.encode(layout.storage_of(view))}
+                      for spec, view in zip(data["inputs"], views) if spec["name"] in read]
+    return Case.from_dict(data)
+
+
+def _save_inputs(case: Case, kind: str | None, path: str) -> None:
+    import torch
+    storages = [torch.tensor(storage_values(case, k, kind), dtype=torch.float64 if
+                             layout.dtype_of(s["dtype"]).is_floating_point else layout.dtype_of(s["dtype"]))
+                for k, s in enumerate(case.inputs)]
+    torch.save(storages, path)
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _copy_artifacts(source: str | None, target: str) -> list:
+    """Copy the artifact folder `source` into `target`; the files copied, relative to the bundle.
+
+    Only regular files and folders travel: a symlink is followed only where it stays inside
+    `source`, and FIFOs, devices and sockets are left out, so a bundle holds what the run wrote
+    and nothing it merely points at (and copying never blocks on a FIFO)."""
+    if not source or not os.path.isdir(source):
+        return []
+    root = os.path.realpath(source)
+    for folder, _dirs, names in os.walk(root):        # symlinked folders are listed, not entered
+        for name in names:
+            path = os.path.realpath(os.path.join(folder, name))
+            if not path.startswith(root + os.sep) or not _regular(path):
+                continue
+            destination = os.path.join(target, os.path.relpath(os.path.join(folder, name), root))
+            os.makedirs(os.path.dirname(destination), exist_ok=True)
+            shutil.copyfile(path, destination)
+    return _files_under(target, os.path.dirname(target))
+
+
+def _regular(path: str) -> bool:
+    import stat
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _files_under(folder: str, start: str) -> list:
+    found = []
+    for root, _dirs, names in os.walk(folder):
+        found += [os.path.relpath(os.path.join(root, n), start) for n in names]
+    return sorted(found)
+
+
+# -- ISSUE.md ------------------------------------------------------------------------------
+def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
+    """The issue text in the upstream project's template sections."""
+    project = project_of(record)
+    bug, versions = project.sections
+    with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
+        script = handle.read()
+    top = [f"<!-- File at {project.file_at} -->", f"# {title(record, case)}", ""]
+    if record.get("note"):
+        top += [f"> Known bug: {record['note']}", ">"]
+    top += [f"> {_divergence(record, case)} Upstream: {record.get('upstream') or 'not yet filed'}.", ""]
+    parts = top + [bug, "", _description(record, case), "", "```python", script.rstrip("\n"), "```", "",
+                   "Output of `python repro.py`:", "", "```",
+                   (record.get("repro_output") or record.get("message") or "").strip(), "```", ""]
+    if record.get("shims"):
+        parts += [f"`{SHIMS_FILE}` (next to the script) holds the shims that let Inductor's Triton kernels run "
+                  f"on CPU tensors under `TRITON_INTERPRET=1`; this bug needs: "
+                  f"{', '.join(s.strip('_') for s in record['shims'])}.", ""]
+    if runs_on_host(record, case):
+        parts += ["`mlir_host.py` (next to the script) lowers torch-mlir's linalg output to LLVM with the "
+                  "pass pipeline of torch-mlir's RefBackend (results as out-parameters) and runs it on this "
+                  "host with MLIR's ExecutionEngine.", ""]
+    if adapter_bundle.is_adapter_bug(record) and os.path.exists(os.path.join(bundle, adapter_bundle.KERNEL_FILE)):
+        parts += [f"`{adapter_bundle.KERNEL_FILE}` (next to the script) is the kernel as it reached the adapter: "
+                  "Inductor's Triton kernel lowered to TTIR by Triton 3.9 (CPU target), with torchsim-diff's "
+                  "TTIR fix-ups for the adapter's older Triton dialect.", ""]
+    elif harness_only(record["route"]):
+        parts += [f"`repro.py` runs `case.json` on route `{record['route']}` through torchsim-diff's checker: "
+                  "that route exists only in torchsim-diff (install it with its toolchain: scripts/setup.sh).", ""]
+    elif record["route"] not in IMPORT_ONLY or runs_on_host(record, case):
+        parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails "
+                  "when it is further from float64 than eager's own error allows, by a margin.", ""]
+    parts += [versions, "", "```", versions_text(record["route"], project).rstrip("\n"), "```", ""]
+    if artifacts:
+        parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
+    return "\n".join(parts)
+
+
+def _description(record: dict, case: Case) -> str:
+    layouts = "; ".join(f"`{s['name']}`: shape {s['shape']}, strides {s['layout']['strides']}, storage offset "
+                        f"{s['layout']['offset']} ({', '.join(s['layout']['classes'])})" for s in case.inputs)
+    return (f"`{expression(case, failing_outputs(record, case))}` compiled by route `{record['route']}`{_found_on(record)} disagrees with eager PyTorch "
+            f"({record.get('kind', 'failure').replace('_', ' ')}). Inputs: {layouts or 'none'}. "
+            "Eager agrees with the same program run in float64.")
+
+
+def _found_on(record: dict) -> str:
+    return f" (found on route `{record['found_on']}`, which compiles the same kernels)" if record.get("found_on") else ""
+
+
+def versions_text(route: str, project: Project) -> str:
+    """The route's own version report, and for PyTorch the output of torch's collect_env."""
+    from torchsim_diff.routes import UnknownRoute, route_class
+    try:
+        report = route_class(route)().versions()
+    except (UnknownRoute, ImportError, AttributeError) as exc:
+        report = {"error": f"route {route!r}: {exc}"}
+    except Exception as exc:  # noqa: BLE001 - a broken toolchain still gets its report
+        report = {"error": f"{type(exc).__name__}: {exc}"}
+    text = "\n".join(f"{name}: {value}" for name, value in report.items()) + "\n"
+    if project.name == "pytorch":
+        text += "\n" + _collect_env()
+    return text
+
+
+@functools.lru_cache(maxsize=1)
+def _collect_env() -> str:
+    try:
+        done = subprocess.run([sys.executable, "-m", "torch.utils.collect_env"], capture_output=True, text=True,
+                              timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(torch.utils.collect_env failed: {exc})\n"
+    return done.stdout or f"(torch.utils.collect_env printed nothing: {done.stderr.strip()[:200]})\n"

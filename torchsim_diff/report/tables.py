@@ -1,0 +1,356 @@
+"""Tables over results.jsonl records: run summary, error tolerances, buckets, coverage.
+
+Every table is a list of rows (dicts) first and text second, so the same data prints as
+plain text, Markdown, CSV, JSON or HTML.
+"""
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+import os
+from collections import defaultdict
+
+from tabulate import tabulate
+
+from torchsim_diff.triage import signatures
+
+FORMATS = ("plain", "md", "csv", "json", "html")
+
+
+def render(rows: list, fmt: str = "plain", title: str | None = None) -> str:
+    """Rows as text in one of FORMATS."""
+    if fmt not in FORMATS:
+        raise ValueError(f"format={fmt!r} is not one of {FORMATS}")
+    if fmt == "json":
+        return json.dumps(rows, indent=1)
+    if fmt == "csv":
+        out = io.StringIO()
+        if rows:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+        return out.getvalue()
+    if not rows:
+        return f"{title}: no records" if title else "no records"
+    table = tabulate([list(r.values()) for r in rows], headers=list(rows[0]),
+                     tablefmt={"plain": "simple", "md": "github", "html": "html"}[fmt],
+                     floatfmt=".3g", missingval="-")
+    if title and fmt == "md":
+        return f"### {title}\n\n{table}"
+    if title and fmt == "html":
+        return f"<h3>{html.escape(title)}</h3>\n{table}"
+    return f"{title}\n{table}" if title else table
+
+
+def _fmt_rate(count: int, seconds: float):
+    return round(count / seconds, 2) if seconds > 0 else None
+
+
+def _worst(recs, field: str, fallback: str):
+    """Largest value of `field` (records written before it existed use `fallback`)."""
+    values = [r.get(field, r.get(fallback)) for r in recs]
+    values = [v for v in values if v is not None]
+    return max(values) if values else None
+
+
+def summary_rows(records) -> list:
+    """Per route: case counts by status, buckets, speed, and the harness's share of the time
+    cases take once their worker is up, failures' localisation apart (both shown in seconds)."""
+    by_route = defaultdict(list)
+    for r in records:
+        by_route[r["route"]].append(r)
+    rows = []
+    for route, recs in sorted(by_route.items()):
+        count = lambda s: sum(1 for r in recs if r["status"] == s)  # noqa: E731
+        seconds = lambda key: sum(r.get(key) or 0.0 for r in recs)  # noqa: E731
+        total_time, start, diagnosis = seconds("t_case"), seconds("t_start"), seconds("t_diagnose")
+        per_case = total_time - start - diagnosis
+        rows.append({
+            "route": route, "cases": len(recs), "pass": count("pass"), "fail": count("fail"),
+            "unsupported": count("unsupported"), "skipped": count("skipped"),
+            "buckets": len({r["bucket"] for r in recs if r.get("bucket")}),
+            "cases/s": _fmt_rate(len(recs), total_time),
+            "harness %": round(100.0 * seconds("t_harness") / per_case, 1) if per_case > 0 else None,
+            "start-up s": round(start, 1), "localising s": round(diagnosis, 1),
+        })
+    return rows
+
+
+def _percentile(values: list, q: float):
+    values = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
+
+
+def _per_op(record) -> dict:
+    """op -> that op's own figures in one record (see torchsim_diff.judge.op_figures).
+
+    Records written before per-op figures existed charge the case's figures to each op;
+    a record whose per-op run did not complete counts only for a single-op case."""
+    if "op_errors" not in record:
+        return {op: record for op in record.get("ops", [])}
+    if record["op_errors"] is None:
+        ops = set(record.get("ops", []))
+        return {op: record for op in ops} if len(ops) == 1 else {}
+    return record["op_errors"]
+
+
+def tolerance_rows(records) -> list:
+    """Per route x op x dtype: the error seen and the tolerance it implies.
+
+    Each op is judged by its own output (records' `op_errors`), not by the case's worst
+    one; `atol needed` (at the dtype's default rtol) and `rtol needed` (at its default atol)
+    are the smallest tolerances under which that op's values in every passing and
+    value-failing case would pass torch.allclose against float64.
+    """
+    groups = defaultdict(list)
+    for r in records:
+        if r["status"] not in ("pass", "fail") or r.get("kind") not in (None, "wrong_values"):
+            continue
+        dtype = r["case"]["dtype"] if r.get("case") else ",".join(r.get("dtypes", []))
+        for op, figures in _per_op(r).items():
+            groups[(r["route"], op, dtype)].append({**figures, "status": r["status"]})
+    rows = []
+    for (route, op, dtype), recs in sorted(groups.items()):
+        rows.append({
+            "route": route, "op": op, "dtype": dtype, "cases": len(recs),
+            "passed": sum(1 for r in recs if r["status"] == "pass"),
+            "max abs err": max((r.get("max_abs_err") or 0.0) for r in recs),
+            "max rel err": max((r.get("max_rel_err") or 0.0) for r in recs),
+            "max ulp": max((r.get("max_ulp") or 0.0) for r in recs),
+            "p99 err/eager": _percentile([r.get("err_ratio") for r in recs], 0.99),
+            "atol needed (default rtol)": _worst(recs, "atol_needed", "max_abs_err"),
+            "rtol needed (default atol)": _worst(recs, "rtol_needed", "max_rel_err"),
+        })
+    return rows
+
+
+def bucket_rows(records, reproducers: dict | None = None) -> list:
+    """One row per bucket: where, what, how often, and its smallest case; distinct bugs
+    first (signatures.rank_buckets: the most frequent, then each the farthest from those above)."""
+    buckets: dict = {}
+    for r in records:
+        if not r.get("bucket"):
+            continue
+        row = buckets.setdefault(r["bucket"], {
+            "bucket": r["bucket"], "route": r["route"], "kind": r["kind"], "op": r.get("op"), "count": 0,
+            "first seen": r.get("case_id"), "smallest (nodes)": r.get("n_nodes"),
+            "message": (r.get("message") or "").splitlines()[0][:80] if r.get("message") else "",
+            "reproducer": (reproducers or {}).get(r["bucket"])})
+        row["count"] += 1
+        row["smallest (nodes)"] = min(row["smallest (nodes)"], r.get("n_nodes") or 0)
+    order = {b: k for k, b in enumerate(signatures.ranked_buckets(records))}
+    return sorted(buckets.values(), key=lambda row: order[row["bucket"]])
+
+
+def coverage_rows(records) -> list:
+    """op x layout class: how many cases put that op next to an input of that class."""
+    from torchsim_diff.case.layout import LAYOUT_CLASSES
+    counts = defaultdict(lambda: defaultdict(int))
+    seen = set()
+    for r in records:
+        if r["case_id"] in seen:
+            continue
+        seen.add(r["case_id"])
+        for op in r.get("ops", []):
+            for cls in r.get("layouts", []):
+                counts[op][cls] += 1
+    return [{"op": op, **{cls: counts[op].get(cls, 0) for cls in LAYOUT_CLASSES}} for op in sorted(counts)]
+
+
+NON_CONTIGUOUS = {"transposed", "sliced", "broadcast", "channels_last", "overlapping"}
+
+
+def mix_rows(records) -> list:
+    """What the generated cases covered, per dtype: layout shares and ops seen."""
+    from torchsim_diff.ops import all_ops
+    cases_by_dtype = defaultdict(dict)
+    for r in records:
+        dtype = r["case"]["dtype"] if r.get("case") else "?"
+        cases_by_dtype[dtype][r["case_id"]] = r
+    rows = []
+    for dtype, cases in sorted(cases_by_dtype.items()):
+        recs = list(cases.values())
+        share = lambda pred: round(100.0 * sum(1 for r in recs if pred(set(r["layouts"]))) / len(recs), 1)  # noqa: E731
+        seen = {op for r in recs for op in r["ops"]}
+        registered = {n for n, s in all_ops().items() if s.supports(dtype)}
+        rows.append({
+            "dtype": dtype, "cases": len(recs),
+            "non-contiguous %": share(lambda c: bool(c & NON_CONTIGUOUS)),
+            "broadcast %": share(lambda c: "broadcast" in c), "inout %": share(lambda c: "inout" in c),
+            "offset %": share(lambda c: "offset" in c), "transposed %": share(lambda c: "transposed" in c),
+            "sliced %": share(lambda c: "sliced" in c), "channels_last %": share(lambda c: "channels_last" in c),
+            "overlapping %": share(lambda c: "overlapping" in c),
+            "ops seen": f"{len(seen & registered)}/{len(registered)}",
+            "ops never seen": ",".join(sorted(registered - seen)) or "-",
+            **_op_balance(recs, registered), **_tail_shares(recs), **_dynamic_shares(records, dtype),
+        })
+    return rows
+
+
+def _op_counts(recs, registered) -> list:
+    """Nodes per registered op over the cases (ops alone where a record has no case)."""
+    counts = dict.fromkeys(registered, 0)
+    for r in recs:
+        ops = [n["op"] for n in r["case"]["nodes"]] if r.get("case") else r["ops"]
+        for op in ops:
+            if op in counts:
+                counts[op] += 1
+    return sorted(counts.values())
+
+
+def gini(values: list) -> float:
+    """Gini coefficient of non-negative counts: 0 when every op is drawn equally often,
+    towards 1 when a few ops take every node."""
+    values, total = sorted(values), sum(values)
+    if not values or total == 0:
+        return 0.0
+    weighted = sum((i + 1) * v for i, v in enumerate(values))
+    return 2 * weighted / (len(values) * total) - (len(values) + 1) / len(values)
+
+
+def _op_balance(recs, registered) -> dict:
+    counts = _op_counts(recs, registered)
+    if not counts:
+        return {}
+    return {"op nodes min/median/max": f"{counts[0]}/{counts[len(counts) // 2]}/{counts[-1]}",
+            "op Gini": round(gini(counts), 3)}
+
+
+def _tail_shares(recs) -> dict:
+    """Share of cases in a value tail and in the odd-size tail (strategies' per-case switches)."""
+    tails = [set(r["case"].get("values", {}).get("tails", [])) for r in recs if r.get("case")]
+    if not tails:
+        return {}
+    return {"value tail %": round(100.0 * sum(1 for t in tails if t - {"odd_sizes"}) / len(tails), 1),
+            "odd sizes %": round(100.0 * sum(1 for t in tails if "odd_sizes" in t) / len(tails), 1)}
+
+
+def _dynamic_shares(records, dtype) -> dict:
+    """Share of the torch.compile routes' records compiled with dynamic shapes, and of
+    those, the share that also ran at a second size (routes/compile_options.py)."""
+    compiled = [r for r in records if r.get("dynamic") is not None
+                and (r["case"]["dtype"] if r.get("case") else "?") == dtype]
+    if not compiled:
+        return {}
+    dynamic = [r for r in compiled if r["dynamic"]]
+    second = [r for r in dynamic if (r.get("second_size") or {}).get("shapes")]
+    return {"dynamic %": round(100.0 * len(dynamic) / len(compiled), 1),
+            "second size % of dynamic": round(100.0 * len(second) / len(dynamic), 1) if dynamic else "-"}
+
+
+# -- html page with error distributions ---------------------------------------------------------
+def error_histogram_svg(records, route: str, width: int = 420, height: int = 140) -> str:
+    """Inline SVG: how many cases of `route` had their max abs error in each decade."""
+    errors = [r.get("max_abs_err") for r in records if r["route"] == route and r["status"] in ("pass", "fail")]
+    decades = defaultdict(int)
+    for e in errors:
+        if e is None:
+            continue
+        decades[-12 if e <= 0 else max(-12, min(2, math.floor(math.log10(e))))] += 1
+    if not decades:
+        return ""
+    keys = list(range(-12, 3))
+    top = max(decades.values())
+    bar = width / len(keys)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 30}" role="img" '
+             f'aria-label="max abs error distribution for {html.escape(route)}">']
+    for i, k in enumerate(keys):
+        h = (height - 10) * decades.get(k, 0) / top
+        parts.append(f'<rect x="{i * bar + 1:.1f}" y="{height - h:.1f}" width="{bar - 2:.1f}" height="{h:.1f}" '
+                     f'fill="#4a78b5"><title>1e{k}: {decades.get(k, 0)} cases</title></rect>')
+        label = "0" if k == -12 else f"1e{k}"
+        parts.append(f'<text x="{i * bar + bar / 2:.1f}" y="{height + 14}" font-size="9" '
+                     f'text-anchor="middle">{label}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def html_page(records, title: str = "torchsim-diff report", new_rows: list | None = None) -> str:
+    """A self-contained page: tables plus per-route error distributions (NEW buckets first)."""
+    routes = sorted({r["route"] for r in records})
+    sections = [f"<h1>{html.escape(title)}</h1>"]
+    if new_rows:
+        sections.append(render(new_rows, "html", "NEW buckets"))
+    sections.append(render(summary_rows(records), "html", "Summary"))
+    sections.append("<h3>Max abs error per case (decades), by route</h3>")
+    for route in routes:
+        svg = error_histogram_svg(records, route)
+        if svg:
+            sections.append(f"<figure><figcaption>{html.escape(route)}</figcaption>{svg}</figure>")
+    for name, rows in (("Error tolerance", tolerance_rows(records)), ("Buckets", bucket_rows(records)),
+                       ("Coverage", coverage_rows(records))):
+        sections.append(render(rows, "html", name))
+    style = "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:2px 6px}"
+    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>" \
+           f"<style>{style}</style></head><body>{''.join(sections)}</body></html>"
+
+
+# -- the end of a run ---------------------------------------------------------------------------
+TERMINAL_TOLERANCE_ROWS = 12
+
+
+def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
+    """The buckets never seen before, distinct bugs first, each with its title, reduced size
+    and bundle folder."""
+    from torchsim_diff.triage.bucket_history import smallest_per_bucket
+    from torchsim_diff.case.graph import case_size
+    smallest = smallest_per_bucket(records)
+    rows = []
+    order = {b: k for k, b in enumerate(signatures.ranked_buckets(records))}
+    for bucket in sorted((b for b in new_buckets if b in smallest), key=lambda b: (order.get(b, len(order)), b)):
+        record = smallest[bucket]
+        nodes, inputs, elements = case_size(record["case"])
+        bundle = (bundles or {}).get(bucket)
+        rows.append({"bucket": bucket, "title": _title(record, bundle),
+                     "reduced": f"{nodes} node{'s' * (nodes != 1)}, {inputs} input{'s' * (inputs != 1)}, "
+                                f"{elements} element{'s' * (elements != 1)}",
+                     "bundle": bundle or "-"})
+    return rows
+
+
+def _title(record, bundle: str | None) -> str:
+    """The bundle's ISSUE.md title, else one made the same way from the record."""
+    issue = os.path.join(bundle, "ISSUE.md") if bundle else None
+    if issue and os.path.exists(issue):
+        with open(issue, encoding="utf-8") as handle:
+            first = handle.readline().strip()
+        if first.startswith("#"):
+            return first.lstrip("# ")
+    message = (record.get("message") or "").strip().splitlines()
+    return f"[{record['route']}] {record['kind']} in `{record.get('op')}`" + (f": {message[0][:100]}" if message else "")
+
+
+def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: dict | None = None) -> list:
+    """The lines a run ends with: NEW buckets first, then the summary, then the worst rows
+    of the tolerance table; the full report goes to RUN/report.html (its path is the last
+    line but one)."""
+    lines = []
+    new_rows = new_bucket_rows(records, new_buckets, bundles)
+    if new_rows:
+        lines.append(f"NEW buckets ({len(new_rows)}):")
+        for row in new_rows:
+            lines += [f"  {row['bucket']}  {row['title']}", f"      reduced to {row['reduced']}; bundle: {row['bundle']}"]
+    else:
+        lines.append("NEW buckets: none")
+    seen = {r["bucket"] for r in records if r.get("bucket")} - set(new_buckets)
+    if seen:
+        lines.append(f"({len(seen)} more bucket{'s' * (len(seen) != 1)} seen before or known: see the HTML report)")
+    lines += ["", *render(summary_rows(records), "plain", "Summary").splitlines(), ""]
+    tolerance = tolerance_rows(records)
+    worst = sorted(tolerance, key=lambda row: -(row["max ulp"] or 0.0))[:TERMINAL_TOLERANCE_ROWS]
+    if worst:
+        title = (f"Error tolerance (the {len(worst)} of {len(tolerance)} route x op x dtype rows with the "
+                 f"largest ulp error; all of them in the HTML report)")
+        lines += render(worst, "plain", title).splitlines() + [""]
+    for route, reason in (unavailable or {}).items():
+        lines.append(f"route {route} was not fuzzed: {reason}")
+    page = os.path.join(run_dir, "report.html")
+    with open(page, "w", encoding="utf-8") as handle:
+        handle.write(html_page(records, new_rows=new_rows))
+    lines += [f"HTML report: {page}", f"records: {run_dir}"]
+    return lines

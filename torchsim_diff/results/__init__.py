@@ -1,0 +1,5 @@
+"""What a run leaves: the failure kinds and statuses, and results.jsonl.
+
+    kinds          Kind and Status, the words every module agrees on (standard library only)
+    jsonl          results.jsonl: append records as they are made, read them back
+"""

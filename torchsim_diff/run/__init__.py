@@ -1,0 +1,9 @@
+"""Running one case: case -> route worker -> verdict -> record, the same for every front end.
+
+    checker            Checker (warm route workers, reference, judge) and Verdict
+    batch              several cases compiled as one program, judged per case
+    second_size        a dynamic-shape case run again at other sizes
+    adaptive_timeouts  per-route time limits that fit what the route has shown
+    one_ahead          one case in flight on a thread while the next is drawn
+    background_delete  what passing cases leave behind, deleted off the critical path
+"""

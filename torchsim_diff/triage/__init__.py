@@ -1,0 +1,9 @@
+"""After a failure: reduce it, sign it, bucket it, and tell known bugs from new ones.
+
+    reduce          a failing case reduced to a small one in the same bucket
+    signatures      failure signatures and buckets: one bug, one bucket
+    bucket_history  buckets kept across runs (new vs seen before)
+    corpus          seed cases that must pass, known bugs that must keep failing
+    corpus_replay   replaying corpus entries
+    kernels/        Triton kernel launches: capture, replay one launch, localise the first divergent one
+"""

@@ -1,0 +1,234 @@
+"""Buckets that persist across runs: each keeps its smallest case, first sighting and count,
+so a second campaign can say which of its findings are new.
+
+The store is one SQLite file (default reports/buckets.sqlite) in WAL mode; every `add` is
+one transaction, so campaigns sharing a history never lose each other's updates. A history
+kept by earlier versions as JSON (buckets.json beside the SQLite file, or the path given
+when it ends in .json) is imported once. A file that cannot be read is moved aside with a
+one-line warning naming where it went, never overwritten.
+
+    >>> store = BucketStore("reports/buckets.sqlite")
+    >>> store.add(record)          # True when the bucket was never seen before
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import time
+
+from torchsim_diff import files
+from torchsim_diff.case.graph import case_size
+from torchsim_diff.results.jsonl import ARTIFACT_FIELDS, StorageError
+
+DEFAULT_PATH = os.path.join("reports", "buckets.sqlite")
+LEGACY_SUFFIX = ".json"
+BUSY_TIMEOUT_S = 60.0
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS buckets (
+    bucket TEXT PRIMARY KEY, route TEXT, kind TEXT, op TEXT, message TEXT, first_seen TEXT,
+    count INTEGER NOT NULL, size TEXT NOT NULL, record TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS imported (path TEXT PRIMARY KEY, at TEXT);
+"""
+
+
+def legacy_path(path: str) -> str:
+    """The JSON history of earlier versions that a history path imports."""
+    return os.path.splitext(store_path(path))[0] + LEGACY_SUFFIX
+
+
+def store_path(path: str) -> str:
+    """The SQLite file for a history path: a legacy `.json` path maps to its `.sqlite` sibling."""
+    return os.path.splitext(path)[0] + ".sqlite" if path.endswith(LEGACY_SUFFIX) else path
+
+
+def move_aside(path: str, why: str) -> str:
+    """Rename an unreadable file to PATH.unreadable-<time>, warn in one line, return the new path."""
+    target = f"{path}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    os.replace(path, target)
+    sys.stderr.write(f"torchsim-diff: warning: bucket history {path} could not be read ({why}); "
+                     f"moved aside to {target}, starting a new one\n")
+    return target
+
+
+class BucketStore:
+    """Bucket history in SQLite; `new` holds the buckets this process saw first."""
+
+    def __init__(self, path: str = DEFAULT_PATH):
+        self.path = store_path(path)
+        self.new: set = set()
+        self._db = self._open()
+        self._import_legacy(legacy_path(self.path))
+
+    # -- opening ---------------------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        folder = os.path.dirname(os.path.abspath(self.path))
+        try:
+            files.check_regular(self.path, files.BUCKET_HISTORY)    # SQLite would block on a FIFO
+        except files.UnreadableFile as exc:
+            raise StorageError(f"bucket history {exc}") from None
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return self._connect()
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError) or not os.path.exists(self.path):
+                raise StorageError(f"cannot open bucket history {self.path}: {exc}") from None
+            move_aside(self.path, str(exc))
+            for suffix in ("-wal", "-shm"):
+                if os.path.exists(self.path + suffix):
+                    os.replace(self.path + suffix, f"{self.path}{suffix}.unreadable")
+            return self._connect()
+        except OSError as exc:
+            raise StorageError(f"cannot open bucket history {self.path}: {exc.strerror or exc}") from None
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(SCHEMA)
+        db.execute("SELECT count(*) FROM buckets").fetchone()     # a damaged file fails here, not later
+        return db
+
+    def _import_legacy(self, legacy: str) -> None:
+        """Fold a JSON history of earlier versions in, once (remembered in the `imported` table)."""
+        if not os.path.exists(legacy):
+            return
+        key = os.path.abspath(legacy)
+        if self._imported(key):
+            return
+        try:
+            files.check_regular(legacy, files.LEGACY_HISTORY)      # not moved aside: not ours
+        except files.UnreadableFile as exc:
+            raise StorageError(f"bucket history {exc}") from None
+        try:
+            entries = files.read_json(legacy, files.LEGACY_HISTORY)["buckets"]
+            rows = [_legacy_row(bucket, entry) for bucket, entry in entries.items()]
+        except files.UnreadableFile as exc:
+            move_aside(legacy, exc.reason)
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            move_aside(legacy, f"{type(exc).__name__}: {exc}")
+            return
+        with self._transaction() as db:
+            if self._imported(key):             # another campaign imported it meanwhile
+                return
+            db.executemany("INSERT OR IGNORE INTO buckets VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            db.execute("INSERT INTO imported VALUES (?, ?)", (key, time.strftime("%Y-%m-%d %H:%M:%S")))
+
+    def _imported(self, key: str) -> bool:
+        return self._db.execute("SELECT 1 FROM imported WHERE path = ?", (key,)).fetchone() is not None
+
+    # -- updates ---------------------------------------------------------------------------
+    def add(self, record: dict) -> bool:
+        """Account for one failing record in one transaction; True when its bucket is new."""
+        bucket = record.get("bucket")
+        if not bucket:
+            return False
+        size = list(case_size(record["case"]))
+        # absolute, so that `export` finds them from any folder (results.run_folder_of)
+        record = {**record, **{key: os.path.abspath(record[key]) for key in ARTIFACT_FIELDS
+                               if isinstance(record.get(key), str) and record[key]}}
+        with self._transaction() as db:
+            row = db.execute("SELECT size FROM buckets WHERE bucket = ?", (bucket,)).fetchone()
+            if row is None:
+                db.execute("INSERT INTO buckets VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)",
+                           (bucket, record.get("route"), record.get("kind"), record.get("op"),
+                            _first_line(record.get("message")), time.strftime("%Y-%m-%d %H:%M:%S"),
+                            json.dumps(size), json.dumps(record)))
+                self.new.add(bucket)
+                return True
+            if size < json.loads(row[0]):
+                db.execute("UPDATE buckets SET count = count + 1, size = ?, record = ? WHERE bucket = ?",
+                           (json.dumps(size), json.dumps(record), bucket))
+            else:
+                db.execute("UPDATE buckets SET count = count + 1 WHERE bucket = ?", (bucket,))
+        return False
+
+    def _transaction(self):
+        return _Transaction(self._db, self.path)
+
+    def save(self) -> None:
+        """Nothing to do: every `add` is already committed (kept for callers of the JSON store)."""
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- reading ---------------------------------------------------------------------------
+    def smallest_record(self, bucket: str):
+        """The smallest record kept for `bucket` (parsed JSON, unchecked: see results.record_problem)."""
+        row = self._db.execute("SELECT record FROM buckets WHERE bucket = ?", (bucket,)).fetchone()
+        return _loads(row[0]) if row else None
+
+    @property
+    def buckets(self) -> dict:
+        """bucket -> {route, kind, op, message, first_seen, count, size, case}; a row whose
+        stored JSON is damaged shows size [0, 0, 0] and no case."""
+        rows = self._db.execute("SELECT bucket, route, kind, op, message, first_seen, count, size, record "
+                                "FROM buckets ORDER BY first_seen, bucket").fetchall()
+        found = {}
+        for r in rows:
+            size, record = _loads(r[7]), _loads(r[8])
+            size = size if isinstance(size, list) and len(size) == 3 else [0, 0, 0]
+            case = record.get("case") if isinstance(record, dict) else None
+            found[r[0]] = {"route": r[1], "kind": r[2], "op": r[3], "message": r[4], "first_seen": r[5],
+                           "count": r[6], "size": size, "case": case}
+        return found
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT (ROLLBACK on error); write failures become StorageError."""
+
+    def __init__(self, db: sqlite3.Connection, path: str):
+        self.db, self.path = db, path
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._run("BEGIN IMMEDIATE")
+        return self.db
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self._run("COMMIT")
+        elif self.db.in_transaction:
+            self.db.execute("ROLLBACK")
+        if isinstance(exc, sqlite3.OperationalError):
+            raise StorageError(f"cannot write bucket history {self.path}: {exc}") from None
+        return False
+
+    def _run(self, statement: str) -> None:
+        try:
+            self.db.execute(statement)
+        except sqlite3.OperationalError as exc:
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
+            raise StorageError(f"cannot write bucket history {self.path}: {exc}") from None
+
+
+def _loads(text):
+    """Stored JSON text, None when it is not (the file is data too)."""
+    try:
+        return files.parse_json(text, "bucket history") if isinstance(text, (str, bytes)) else None
+    except files.UnreadableFile:
+        return None
+
+
+def _first_line(message) -> str:
+    return message.splitlines()[0][:200] if message else ""
+
+
+def _legacy_row(bucket: str, entry: dict) -> tuple:
+    record = entry.get("record") or {"bucket": bucket, "route": entry["route"], "kind": entry["kind"],
+                                     "op": entry.get("op"), "message": entry.get("message", ""),
+                                     "case": entry["case"], "status": "fail"}
+    return (bucket, entry["route"], entry["kind"], entry.get("op"), entry.get("message", ""),
+            entry.get("first_seen", ""), int(entry["count"]), json.dumps(list(entry["size"])), json.dumps(record))
+
+
+def smallest_per_bucket(records) -> dict:
+    """bucket -> its smallest failing record among `records`."""
+    best: dict = {}
+    for record in records:
+        bucket = record.get("bucket")
+        if bucket and record.get("status") == "fail" and isinstance(record.get("case"), dict):
+            if bucket not in best or case_size(record["case"]) < case_size(best[bucket]["case"]):
+                best[bucket] = record
+    return best

@@ -1,0 +1,198 @@
+"""Failure signatures and buckets: one bug, one bucket.
+
+A signature is route + kind + the diverging op (value failures) or a normalised message
+(errors): numbers, addresses, paths, sizes and generated names are stripped, so the same
+bug hit with other shapes lands in the same bucket, and two different messages do not.
+Its hash is the bucket. Each bucket raises its own exception type, so Hypothesis keeps
+one minimal example per bug.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+
+from torchsim_diff.results.kinds import Kind
+
+VALUE_KINDS = {Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION,
+               Kind.SHAPE_MISMATCH, Kind.DTYPE_MISMATCH, Kind.NONDETERMINISTIC}
+_PATTERNS = [
+    # torch words an out-of-range index differently per op (embedding: "index out of range in
+    # self", gather/scatter: "index -5 is out of bounds for dimension 1 with size 9", index_copy_,
+    # take_along_dim's "INDICES element is out of DATA bounds"): one symptom.
+    (re.compile(r"(?:IndexError|RuntimeError): [^|\n]*?\b(?:index|INDICES)\b[^|\n]*?"
+                r"\bout of (?:range|bounds|DATA bounds)\b[^|\n]*"), "index out of bounds"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-+@]+)+/?"), "<path>"),
+    # Inductor's generated kernel names spell out the fused ops: one bug, many names.
+    (re.compile(r"\b(?:triton|cpp|pytorchsim_triton_compiler|triton_npu)_(?:poi|per|red|tem|for|fused)\w*"), "<kernel>"),
+    (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
+    # MLIR attribute dictionaries carry the op's operand values (keepdim = true/false, ...).
+    (re.compile(r"<\{[^{}]*\}>"), "<attrs>"),
+    (re.compile(r"\b[A-Za-z_][A-Za-z_]*?_?\d+[A-Za-z_\d]*\b"), lambda m: re.sub(r"\d+", "#", m.group(0))),
+    (re.compile(r"[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?"), "#"),
+    (re.compile(r"\[[#, ]*\]|\([#, ]*\)"), "<dims>"),
+    (re.compile(r"'[^']{40,}'"), "'<text>'"),
+    (re.compile(r"\s+"), " "),
+]
+MESSAGE_LINES = 2
+
+
+class Finding(AssertionError):
+    """Base of the per-bucket exception types a fuzz test raises for a failing case."""
+
+
+_FINDING_TYPES: dict = {}
+
+
+def normalise(message: str) -> str:
+    """The stable part of a failure message (see module docstring)."""
+    lines = [ln.strip() for ln in message.split("--- traceback tail ---")[0].splitlines() if ln.strip()]
+    text = " | ".join([unwrap_nested(ln) for ln in lines[:1]] + lines[1:MESSAGE_LINES])
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text.strip()[:300]
+
+
+_WRAPPED = re.compile(r"(\w+Error)\((.*)\)$", re.S)
+
+
+def unwrap_nested(line: str) -> str:
+    """`X: E(repr(E(repr(error))))` -> `X: E(repr(error))`. Triton's interpreter re-raises an
+    error as InterpreterError(repr(error)), once more per level of kernel nesting, and each
+    level escapes the text again: one bug, one message."""
+    head, sep, expr = line.partition(": ")
+    while (wrapped := _WRAPPED.match(expr)):
+        try:
+            inner = ast.literal_eval(wrapped.group(2))
+        except (ValueError, SyntaxError):
+            break
+        if not (isinstance(inner, str) and inner.startswith(wrapped.group(1) + "(")):
+            break
+        expr = inner
+    return head + sep + expr
+
+
+def signature(route: str, kind: Kind | str, message: str, op: str | None = None, where: str | None = None) -> str:
+    kind = Kind(kind)
+    if kind in VALUE_KINDS:
+        place = "output" if where and where.startswith("output") else "input"
+        return f"{route}|{kind.value}|{op or '?'}|{place}"
+    return f"{route}|{kind.value}|{normalise(message)}"
+
+
+def bucket_of(signature_text: str) -> str:
+    return hashlib.sha1(signature_text.encode()).hexdigest()[:10]
+
+
+def finding_type(kind: Kind | str, bucket: str) -> type:
+    """The exception type for one bucket (created once, then reused)."""
+    name = f"{Kind(kind).value.title().replace('_', '')}_{bucket}"
+    if name not in _FINDING_TYPES:
+        _FINDING_TYPES[name] = type(name, (Finding,), {"__module__": __name__})
+    return _FINDING_TYPES[name]
+
+
+# -- signatures from the minimal case ------------------------------------------------------
+# A value failure's bucket: route + kind + the first divergent op + the trigger, the layout
+# or dtype features without which the failure vanishes. The reducer keeps only route, kind
+# and place (reduction_key), so one root cause seen through many output ops reduces to one
+# minimal case, and the trigger keeps two bugs on one op apart.
+# A wrong value and a NaN where the truth is finite are one symptom for the reducer: an op
+# such as log or sqrt only turns a wrong input into a NaN, and keeping the kind would keep it.
+REDUCTION_KIND = {Kind.NONFINITE_MISMATCH: Kind.WRONG_VALUES}
+
+
+def reduction_key(verdict) -> str | None:
+    """What the reducer keeps while shrinking a failing verdict's case."""
+    if not verdict.failed:
+        return None
+    kind = Kind(verdict.kind)
+    if kind in VALUE_KINDS:
+        place = "output" if (verdict.where or "").startswith("output") else "input"
+        return f"{verdict.route}|{REDUCTION_KIND.get(kind, kind).value}|{place}"
+    return verdict.signature
+
+
+# Families whose ops are variants of one kernel (mm/bmm/matmul/addmm; the in-place writes): a
+# bug in that kernel shows through whichever variant the minimal case kept, so the family names it.
+KERNEL_FAMILIES = ("matmul", "inplace")
+
+
+def op_key(op: str | None) -> str:
+    """The first divergent op as the bucket names it (its family for KERNEL_FAMILIES)."""
+    from torchsim_diff.ops import UnknownOp, get_op
+    try:
+        family = get_op(op).family if op else None
+    except UnknownOp:
+        family = None
+    return f"{family}:*" if family in KERNEL_FAMILIES else (op or "?")
+
+
+def with_trigger(signature_text: str, trigger) -> str:
+    """An error's signature with the layout or dtype features it needs (unchanged when none)."""
+    return f"{signature_text}|{'+'.join(sorted(trigger))}" if trigger else signature_text
+
+
+def refined_signature(route: str, kind: Kind | str, first_op: str | None, trigger) -> str:
+    """route|kind|first divergent op|trigger features ('any' when no single feature is needed)."""
+    return f"{route}|{Kind(kind).value}|{op_key(first_op)}|{'+'.join(sorted(trigger)) or 'any'}"
+
+
+def intermediates_as_outputs(case):
+    """(case', refs): `case` returning every non-mutating node's result (in program order)
+    after its own outputs are dropped, so output k of case' is the value of refs[k]. The
+    effects of in-place nodes stay, compared through the input storages as always."""
+    from torchsim_diff.case.graph import Case
+    from torchsim_diff.ops import get_op
+    refs = [n["id"] for n in case.nodes if not get_op(n["op"]).mutates]
+    data = case.to_dict()
+    data["outputs"] = refs
+    return Case.from_dict(data), refs
+
+
+def first_divergent_node(case, verdict_on_intermediates, refs) -> dict | None:
+    """The node of `case` whose value diverges first, from the verdict of the
+    intermediates_as_outputs case (None when that verdict names no output)."""
+    where = verdict_on_intermediates.where or ""
+    if not verdict_on_intermediates.failed or not where.startswith("output "):
+        return None
+    ref = refs[int(where.split()[1])]
+    return next(n for n in case.nodes if n["id"] == ref)
+
+
+def rank_buckets(signatures: dict) -> list:
+    """Buckets ordered distinct-first: the most frequent, then each time the one farthest
+    (Jaccard distance over signature parts) from those already ranked, ties by count.
+    `signatures`: bucket -> (signature text, failure count)."""
+    parts = {b: set(sig.replace("+", "|").split("|")) for b, (sig, _n) in signatures.items()}
+    todo = sorted(signatures, key=lambda b: (-signatures[b][1], b))
+    ranked = todo[:1]
+    todo = todo[1:]
+    while todo:
+        best = max(todo, key=lambda b: (min(_jaccard(parts[b], parts[r]) for r in ranked), signatures[b][1]))
+        ranked.append(best)
+        todo.remove(best)
+    return ranked
+
+
+def record_signature(record: dict) -> str:
+    """A results record's signature parts for rank_buckets: route, kind, first divergent op
+    (else the failing op) and trigger for value failures, the normalised message otherwise."""
+    if record.get("kind") in {k.value for k in VALUE_KINDS}:
+        op = op_key(record.get("first_op") or record.get("op"))
+        return f"{record['route']}|{record['kind']}|{op}|{'+'.join(record.get('trigger') or []) or 'any'}"
+    return f"{record['route']}|{record.get('kind')}|{normalise(record.get('message') or '')}"
+
+
+def ranked_buckets(records) -> list:
+    """The buckets of `records` (failing ones with a bucket) ordered distinct-first."""
+    signatures: dict = {}
+    for r in records:
+        if r.get("bucket"):
+            text, count = signatures.get(r["bucket"], (record_signature(r), 0))
+            signatures[r["bucket"]] = (text, count + 1)
+    return rank_buckets(signatures) if signatures else []
+
+
+def _jaccard(a: set, b: set) -> float:
+    return 1.0 - len(a & b) / max(len(a | b), 1)
