@@ -26,24 +26,24 @@ def run_bug(route: str, args) -> dict:
     opts = CampaignOptions(routes=[route], out_dir=out, max_examples=args.cases, seed=args.seed,
                            reduce=True, reduce_budget_s=args.budget)
     result = run_campaign(opts)
-    fails = [r for r in result.records if r["status"] == "fail"]
-    first = next((k for k, r in enumerate(result.records) if r["status"] == "fail"), None)
+    fails = [r for r in result.records if r.failed]
+    first = next((k for k, r in enumerate(result.records) if r.failed), None)
     reduced = {}
     for r in fails:
-        reduced.setdefault(r["bucket"], r)
+        reduced.setdefault(r.bucket, r)
     return {"bug": route, "found": bool(fails), "first": None if first is None else first + 1,
-            "failures": len(fails), "buckets": {b: r.get("first_op") for b, r in reduced.items()},
+            "failures": len(fails), "buckets": {b: r.first_op for b, r in reduced.items()},
             "signatures": sorted({_signature(r) for r in fails}),
-            "nodes": [len(r["reduced_case"]["nodes"]) for r in reduced.values() if r.get("reduced_case")],
-            "seconds": [r["reduce_s"] for r in reduced.values() if r.get("reduce_s") is not None]}
+            "nodes": [len(r.reduced_case["nodes"]) for r in reduced.values() if r.reduced_case],
+            "seconds": [r.reduce_s for r in reduced.values() if r.reduce_s is not None]}
 
 
-def _signature(record: dict) -> str:
+def _signature(record) -> str:
     """The bucket's signature with the route left out (each bug is its own route); an
-    unreduced record's raw parts otherwise."""
-    if record.get("signature"):
-        return record["signature"].split("|", 1)[1]
-    return f"{record['kind']}|{record.get('first_op')}|{'+'.join(record.get('trigger') or []) or 'any'}"
+    unreduced record's raw parts otherwise (record: results.record.Record)."""
+    if record.signature:
+        return record.signature.split("|", 1)[1]
+    return f"{record.kind}|{record.first_op}|{'+'.join(record.trigger or []) or 'any'}"
 
 
 def main(argv=None) -> int:

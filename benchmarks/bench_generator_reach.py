@@ -14,7 +14,7 @@ import time
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from torchsim_diff.run import second_size
-from torchsim_diff.campaign.fuzz import DRAWS_PER_CASE
+from torchsim_diff.generate.draws import DRAWS_PER_CASE
 from torchsim_diff.ops import all_ops
 from torchsim_diff.report.tables import gini
 from torchsim_diff.routes.compile_options import dynamic_for

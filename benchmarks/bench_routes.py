@@ -45,17 +45,17 @@ def main():
                 profiler.disable()
                 print(f"-- {route}: the harness process's top {args.profile} functions by own time "
                       f"(waiting on the route worker shows as select)\n{_top(profiler, args.profile)}")
-        recs = [r for r in result.records if r["status"] in ("pass", "fail")]
+        recs = [r for r in result.records if r.judged]
         if not recs:
             rows.append([route, 0] + [None] * 6)
             continue
-        t_case = sum(r["t_case"] for r in recs)
-        harness = sum(r["t_harness"] for r in recs)
-        inside = sum((r["t_compile"] or 0) + (r["t_run"] or 0) for r in recs)
-        warm = [r["t_case"] for r in recs[1:]] or [recs[0]["t_case"]]
+        t_case = sum(r.t_case for r in recs)
+        harness = sum(r.t_harness for r in recs)
+        inside = sum((r.t_compile or 0) + (r.t_run or 0) for r in recs)
+        warm = [r.t_case for r in recs[1:]] or [recs[0].t_case]
         rows.append([route, len(recs), round(len(result.records) / wall, 2), round(statistics.median(warm), 3),
-                     round(statistics.median(r["t_compile"] or 0 for r in recs), 3),
-                     round(statistics.median(r["t_run"] or 0 for r in recs), 4),
+                     round(statistics.median(r.t_compile or 0 for r in recs), 3),
+                     round(statistics.median(r.t_run or 0 for r in recs), 4),
                      round(100 * harness / t_case, 1), round(100 * (wall - inside) / wall, 1)])
     print(tabulate(rows, headers=["route", "cases", "cases/s (wall)", "median s/case (warm)", "median compile s",
                                   "median run s", "harness % of case time",

@@ -236,11 +236,11 @@ def test_bad_case_files_in_reduce(tmp_path, capsys, content, fragment):
 
 
 def test_a_bad_case_in_the_history_is_refused_by_export(tmp_path, capsys):
+    from torchsim_diff.results.record import Record
     from torchsim_diff.triage.bucket_history import BucketStore
     store = BucketStore(str(tmp_path / "h.sqlite"))
-    record = {"bucket": "b1", "route": "eager", "kind": "wrong_values", "status": "fail",
-              "case": with_input(storage_size=10**12)}
-    store.add(record)
+    store.add(Record(bucket="b1", route="eager", kind="wrong_values", status="fail",
+                     case=with_input(storage_size=10**12)))
     code, out, err = _run(capsys, ["export", "b1", "--to", str(tmp_path / "o"),
                                    "--buckets", str(tmp_path / "h.sqlite")])
     _one_clean_line(code, out, err, "its case is invalid")

@@ -7,13 +7,14 @@ import pytest
 from torchsim_diff.campaign.fuzz import CampaignOptions, run_campaign
 from torchsim_diff.cli import main
 from torchsim_diff.results.jsonl import read_records
+from torchsim_diff.results.record import Record
 
 pytestmark = pytest.mark.slow
 STABLE = ("case_id", "graph_hash", "route", "status", "kind", "bucket", "max_abs_err", "max_ulp")
 
 
 def _stable(records):
-    return [{k: r.get(k) for k in STABLE} for r in records]
+    return [{k: getattr(r, k) for k in STABLE} for r in records]
 
 
 def test_same_seed_same_cases_and_verdicts(tmp_path):
@@ -34,7 +35,7 @@ def test_results_jsonl_has_every_record_with_the_design_fields(tmp_path):
     for field in ("case_id", "seed", "graph_hash", "route", "status", "kind", "bucket", "ops", "dtypes",
                   "layouts", "n_nodes", "max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "t_compile",
                   "t_run", "t_case", "t_harness", "cost", "artifacts", "message"):
-        assert field in records[0]
+        assert field in records[0].to_dict()
 
 
 def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
@@ -49,17 +50,17 @@ def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
 def test_a_known_bug_is_recorded_as_known_neither_new_nor_a_finding(tmp_path, double_routes, capsys):
     common = ["fuzz", "--routes", "double-wrong-element", "--max-examples", "3", "--ops", "relu", "--no-reduce"]
     assert main([*common, "--out", str(tmp_path / "a"), "--buckets", "none"]) == 1
-    found = next(r for r in read_records(str(tmp_path / "a" / "results.jsonl")) if r["status"] == "fail")
+    found = next(r for r in read_records(str(tmp_path / "a" / "results.jsonl")) if r.failed)
     known = tmp_path / "known"
     known.mkdir()
     (known / "wrong-element.json").write_text(json.dumps(
-        {"route": found["route"], "kind": found["kind"], "bucket": found["bucket"], "case": found["case"]}))
+        {"route": found.route, "kind": found.kind, "bucket": found.bucket, "case": found.case}))
     capsys.readouterr()
     out, history = tmp_path / "b", str(tmp_path / "history.sqlite")
     assert main([*common, "--out", str(out), "--known-bugs", str(known), "--buckets", history]) == 0
-    failing = [r for r in read_records(str(out / "results.jsonl")) if r["status"] == "fail"]
-    assert failing and all(r["known"] for r in failing)
-    assert "known bug bucket(s) " + found["bucket"] in capsys.readouterr().out
+    failing = [r for r in read_records(str(out / "results.jsonl")) if r.failed]
+    assert failing and all(r.known for r in failing)
+    assert "known bug bucket(s) " + found.bucket in capsys.readouterr().out
     assert not os.path.isdir(out / "bundles") or not os.listdir(out / "bundles")
 
 
@@ -67,7 +68,7 @@ def test_a_truncated_last_line_does_not_lose_earlier_records(tmp_path):
     path = tmp_path / "results.jsonl"
     record = {"case_id": "c", "route": "eager", "status": "pass", "kind": None, "bucket": None, "ops": [], "case": None}
     path.write_text(json.dumps(record) + "\n" + '{"route": ')
-    assert list(read_records(str(path))) == [record]
+    assert list(read_records(str(path))) == [Record.from_dict(record)]
 
 
 def test_second_campaign_says_which_buckets_are_new(tmp_path, double_routes):
@@ -110,7 +111,7 @@ def test_reduce_command_shrinks_and_refuses_a_passing_case(tmp_path, double_rout
 
 def test_unavailable_route_gets_skipped_records_with_every_field(tmp_path, double_routes):
     result = run_campaign(CampaignOptions(routes=["eager", "double-unavailable"], out_dir=str(tmp_path), max_examples=2))
-    skipped = [r for r in result.records if r["route"] == "double-unavailable"]
-    ran = [r for r in result.records if r["route"] == "eager"]
-    assert len(skipped) == 2 and all(r["status"] == "skipped" and "DOUBLE_HOME" in r["message"] for r in skipped)
-    assert set(skipped[0]) == set(ran[0])
+    skipped = [r for r in result.records if r.route == "double-unavailable"]
+    ran = [r for r in result.records if r.route == "eager"]
+    assert len(skipped) == 2 and all(r.status == "skipped" and "DOUBLE_HOME" in r.message for r in skipped)
+    assert set(skipped[0].to_dict()) == set(ran[0].to_dict())

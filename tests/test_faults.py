@@ -19,6 +19,7 @@ from torchsim_diff.triage.bucket_history import BucketStore
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.results.jsonl import ResultsWriter, read_all, read_records
+from torchsim_diff.results.record import Record
 
 pytestmark = pytest.mark.slow
 
@@ -72,10 +73,10 @@ def test_a_torn_tail_is_cut_back_with_a_warning_and_the_next_record_survives(tmp
     path.write_text(whole + json.dumps(_record(4))[:37])
     warnings = []
     with ResultsWriter(str(path), warn=warnings.append) as writer:
-        writer.write(_record(5))
+        writer.write(Record.from_dict(_record(5)))
     assert warnings == [f"{path}: dropped 37 bytes of a torn last record (a killed writer) before appending"]
     records, log = read_all([str(path)])
-    assert [r["case_id"] for r in records] == ["c0", "c1", "c2", "c3", "c5"] and not log.skipped
+    assert [r.case_id for r in records] == ["c0", "c1", "c2", "c3", "c5"] and not log.skipped
 
 
 def test_a_torn_tail_then_a_campaign_rerun_loses_nothing(tmp_path):
@@ -87,7 +88,7 @@ def test_a_torn_tail_then_a_campaign_rerun_loses_nothing(tmp_path):
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0 and "dropped 23 bytes of a torn last record" in err
     records, log = read_all([str(out / "results.jsonl")])
-    assert len(records) == 4 and records[0]["case_id"] == "c0" and not log.skipped
+    assert len(records) == 4 and records[0].case_id == "c0" and not log.skipped
 
 
 def test_readers_say_how_many_lines_they_skipped_and_why(tmp_path):
@@ -127,10 +128,10 @@ def test_a_full_disk_ends_the_run_with_one_line_saying_what_was_saved(small_tmpf
 
 
 # -- bucket history ---------------------------------------------------------------------------
-def _failing(bucket: str, nodes: int = 1) -> dict:
+def _failing(bucket: str, nodes: int = 1) -> Record:
     case = make_case(nodes=[{"id": f"v{i}", "op": "relu", "args": ["x0"], "attrs": {}} for i in range(nodes)],
                      inputs=[("x0", [2], [1], 0, 2, {})], outputs=["v0"]).to_dict()
-    return {"bucket": bucket, "route": "r", "kind": "wrong_values", "status": "fail", "message": "m", "case": case}
+    return Record(bucket=bucket, route="r", kind="wrong_values", status="fail", message="m", case=case)
 
 
 def _add_many(path: str, bucket: str, n: int) -> None:
@@ -192,12 +193,12 @@ def test_a_damaged_json_history_is_moved_aside_not_replaced(tmp_path, capsys, co
 def test_a_json_history_is_imported_once(tmp_path):
     legacy = tmp_path / "buckets.json"
     entry = {"route": "r", "kind": "wrong_values", "op": "relu", "message": "m", "first_seen": "then",
-             "count": 4, "size": [1, 1, 2], "case": _failing("b")["case"]}
+             "count": 4, "size": [1, 1, 2], "case": _failing("b").case}
     legacy.write_text(json.dumps({"schema": 1, "buckets": {"old": entry}}))
     assert BucketStore(str(legacy)).buckets["old"]["count"] == 4
     again = BucketStore(str(tmp_path / "buckets.sqlite"))
     assert not again.add(_failing("old")) and again.buckets["old"]["count"] == 5
-    assert again.smallest_record("old")["case"] == entry["case"]
+    assert again.smallest_record("old").case == entry["case"]
 
 
 # -- workers that die while starting --------------------------------------------------------
@@ -245,9 +246,9 @@ def test_a_route_crashing_at_every_start_is_abandoned_and_the_run_is_not_clean(t
     assert code == 1
     assert err.count("abandoned after 2 crashes in a row") == 1
     records, _ = read_all([str(tmp_path / "run" / "results.jsonl")])
-    mine = [(r["status"], r["kind"], r["stage"]) for r in records if r["route"] == "double-dies-at-start"]
+    mine = [(r.status, r.kind, r.stage) for r in records if r.route == "double-dies-at-start"]
     assert mine == [("fail", "crash", "start")] * 2 + [("skipped", None, None)] * 2
-    assert len([r for r in records if r["route"] == "eager" and r["status"] == "pass"]) == 4
+    assert len([r for r in records if r.route == "eager" and r.status == "pass"]) == 4
 
 
 def test_crashes_reported_by_a_live_worker_never_abandon_the_route(tmp_path, double_routes, monkeypatch, add_case):
@@ -353,7 +354,7 @@ def _fuzz_here(tmp_path, route: str, *options):
 
 
 def _statuses(records) -> list:
-    return sorted((r["status"], r["kind"], r["stage"]) for r in records)
+    return sorted((r.status, r.kind, r.stage) for r in records)
 
 
 @pytest.mark.parametrize("run", range(3))
@@ -381,19 +382,19 @@ def test_workers_killed_mid_case_three_times_cost_only_their_cases(tmp_path, fau
     assert len(killer.killed) == 3
     assert code == 0 and buckets == {} and not (out / "bundles").exists()
     assert _statuses(records) == [("pass", None, None)] * 7 + [("skipped", "tool_error", "run")] * 3
-    killed = [r for r in records if r["kind"] == "tool_error"]
-    assert {r["case_id"] for r in killed} == killer.case_ids()
-    assert all("killed by SIGKILL from outside while it ran the case" in r["message"] for r in killed)
+    killed = [r for r in records if r.kind == "tool_error"]
+    assert {r.case_id for r in killed} == killer.case_ids()
+    assert all("killed by SIGKILL from outside while it ran the case" in r.message for r in killed)
 
 
 def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_were(tmp_path, fault_routes,
                                                                                   monkeypatch):
-    from torchsim_diff.triage.reduce import Refiner
+    from torchsim_diff.triage.reduce import ReduceThenBucket
     monkeypatch.setenv("DOUBLE_CASE_S", "0.1")
     options = ("--max-examples", "4", "--max-nodes", "3", "--seed", "1", "--reduce-budget", "600")
     undisturbed = _fuzz_here(tmp_path / "undisturbed", "double-marked-wrong", *options)
     reducing = []                       # the failure being reduced, while it is
-    reduce_and_classify = Refiner._reduce_and_classify
+    reduce_and_classify = ReduceThenBucket._reduce_and_classify
 
     def marking(refiner, verdict):
         reducing.append(verdict.case.case_id)
@@ -402,7 +403,7 @@ def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_wer
         finally:
             reducing.clear()
 
-    monkeypatch.setattr(Refiner, "_reduce_and_classify", marking)
+    monkeypatch.setattr(ReduceThenBucket, "_reduce_and_classify", marking)
 
     def mid_reduction(words, killer):
         """The reducer's first run (the failure again), then two others 2 marks apart; never a re-run."""
@@ -414,21 +415,20 @@ def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_wer
     assert len(killer.killed) == 3
     assert code == undisturbed[0] == 1
     assert _verdicts(records) == _verdicts(undisturbed[1]) and len(records) == 4
-    assert {(r["status"], r["kind"]) for r in records} == {("fail", "wrong_values")}
+    assert {(r.status, r.kind) for r in records} == {("fail", "wrong_values")}
     assert buckets.keys() == undisturbed[2].keys() and sorted(os.listdir(out / "bundles")) == sorted(buckets)
 
 
 def _verdicts(records) -> list:
-    return sorted((r["case_id"], r["status"], r["kind"], r["bucket"], r.get("trigger"),
-                   json.dumps(r.get("reduced_case"))) for r in records)
+    return sorted((r.case_id, r.status, r.kind, r.bucket, r.trigger, json.dumps(r.reduced_case)) for r in records)
 
 
 def test_a_failure_that_does_not_fail_again_is_kept_as_found_and_the_run_goes_on(tmp_path, add_case):
     from torchsim_diff.run.checker import Verdict
-    from torchsim_diff.triage.reduce import Refiner
+    from torchsim_diff.triage.reduce import ReduceThenBucket
     flaky = Verdict(add_case, "eager", Status.FAIL, Kind.CRASH, "run", "worker killed by SIGSEGV")
     with Checker(out_dir=str(tmp_path)) as checker:
-        fields = Refiner(checker, budget_s=30).refine(flaky)
+        fields = ReduceThenBucket(checker, budget_s=30).refine(flaky)
     assert "does not fail on route 'eager'" in fields["reduce_error"]
     assert flaky.failed and flaky.bucket is not None and flaky.refined is None     # in its raw bucket
 
@@ -449,8 +449,8 @@ def test_a_signal_mid_campaign_leaves_whole_records_and_prints_the_summary(tmp_p
     assert proc.returncode == status, err
     assert time.monotonic() - sent < 30 and "Traceback" not in err
     lines = [line for line in _lines(out / "results.jsonl") if line]
-    records = [json.loads(line) for line in lines]                      # every line whole
-    assert len(records) >= 2 and {r["status"] for r in records} == {"pass"}
+    records = [Record.from_dict(json.loads(line)) for line in lines]     # every line whole
+    assert len(records) >= 2 and {r.status for r in records} == {"pass"}
     assert "Summary" in stdout
     name = signal.Signals(signum).name
     assert f"{len(records)} cases, results in {out / 'results.jsonl'} (interrupted by {name})" in stdout
@@ -480,12 +480,12 @@ def test_sigterm_ends_a_pytest_fuzz_run_with_its_report_and_whole_records(tmp_pa
                              "double-marked", "--fuzz-examples", "1000", "--report-dir", str(report)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     _wait_for_records(report / "results-main.jsonl", 2, proc)
-    time.sleep(0.5)                                  # into the next case
+    time.sleep(1.0)     # into the next case's 2 s run, past its draw (whose traceback pytest cannot always print)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     stdout, err = proc.communicate(timeout=300)
     assert proc.returncode == pytest.ExitCode.INTERRUPTED, stdout + err
     assert time.monotonic() - sent < 60
-    records = [json.loads(line) for line in _lines(report / "results-main.jsonl") if line]   # every line whole
-    assert len(records) >= 2 and {r["status"] for r in records} == {"pass"}
+    records = [Record.from_dict(json.loads(line)) for line in _lines(report / "results-main.jsonl") if line]
+    assert len(records) >= 2 and {r.status for r in records} == {"pass"}      # every line whole
     assert "SIGTERM received" in stdout and "Summary" in stdout and f"HTML report: {report / 'report.html'}" in stdout

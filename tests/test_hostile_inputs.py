@@ -223,10 +223,11 @@ def _make_world(w: World) -> None:
 
 def _history(w: World, name: str, record: dict, *, record_sql: str | None = None) -> str:
     """A bucket history holding `record`; `record_sql` replaces its stored JSON as a crafted file would."""
+    from torchsim_diff.results.record import Record
     from torchsim_diff.triage.bucket_history import BucketStore
     path = os.path.join(w.root, name)
     store = BucketStore(path)
-    store.add(record)
+    store.add(Record.from_dict(record))
     store.close()
     if record_sql is not None:
         with contextlib.closing(sqlite3.connect(path)) as db, db:
@@ -534,18 +535,20 @@ def test_a_bad_line_among_good_ones_is_skipped_and_counted(world, tmp_path, caps
 def test_records_store_artifacts_relative_to_their_run_folder(tmp_path):
     """Written relative (a run folder can move), read back absolute inside it."""
     from torchsim_diff.results.jsonl import ResultsWriter, read_records
+    from torchsim_diff.results.record import Record
     run = tmp_path / "run"
     (run / "artifacts" / "inductor" / "c1").mkdir(parents=True)
     with ResultsWriter(str(run / "results.jsonl")) as writer:
-        writer.write({**RECORD, "artifacts": str(run / "artifacts" / "inductor" / "c1"),
-                      "reduced_artifacts": str(tmp_path / "elsewhere" / "artifacts" / "inductor" / "c0")})
+        elsewhere = tmp_path / "elsewhere" / "artifacts" / "inductor" / "c0"
+        writer.write(Record.from_dict({**RECORD, "artifacts": str(run / "artifacts" / "inductor" / "c1"),
+                                       "reduced_artifacts": str(elsewhere)}))
     stored = json.loads((run / "results.jsonl").read_text())
     assert stored["artifacts"] == os.path.join("artifacts", "inductor", "c1")
     assert stored["reduced_artifacts"] is None          # another run's folder is not this run's to name
     moved = tmp_path / "moved"
     os.rename(run, moved)
     (record,) = read_records(str(moved / "results.jsonl"))
-    assert record["artifacts"] == os.path.realpath(moved / "artifacts" / "inductor" / "c1")
+    assert record.artifacts == os.path.realpath(moved / "artifacts" / "inductor" / "c1")
 
 
 def test_an_old_record_with_an_absolute_artifact_folder_still_exports(world, tmp_path, capsys):
@@ -569,4 +572,4 @@ def test_an_old_record_with_artifacts_relative_to_where_the_campaign_ran_still_r
     (run / "results.jsonl").write_text(json.dumps({**RECORD, "artifacts": "reports/run1/artifacts/inductor/c1"}) + "\n")
     monkeypatch.chdir(tmp_path)
     (record,) = read_records(str(run / "results.jsonl"))
-    assert record["artifacts"] == os.path.realpath(run / "artifacts" / "inductor" / "c1")
+    assert record.artifacts == os.path.realpath(run / "artifacts" / "inductor" / "c1")

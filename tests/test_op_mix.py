@@ -2,6 +2,7 @@
 import pytest
 
 from torchsim_diff.report.tables import gini, mix_rows
+from torchsim_diff.results.record import Record
 
 
 @pytest.mark.parametrize("counts,expected", [([5, 5, 5, 5], 0.0), ([0, 0, 0, 12], 0.75), ([], 0.0), ([1, 3], 0.25)])
@@ -12,7 +13,7 @@ def test_gini(counts, expected):
 def _record(case_id, ops, tails=()):
     nodes = [{"id": f"v{i}", "op": op, "args": [], "attrs": {}} for i, op in enumerate(ops)]
     case = {"dtype": "int64", "nodes": nodes, "values": {"seed": 1, "tails": list(tails)}}
-    return {"case_id": case_id, "ops": sorted(set(ops)), "layouts": ["contiguous"], "case": case}
+    return Record(case_id=case_id, ops=sorted(set(ops)), layouts=["contiguous"], case=case)
 
 
 def test_mix_row_counts_nodes_per_op_and_tail_shares():
@@ -27,7 +28,7 @@ def test_mix_row_counts_nodes_per_op_and_tail_shares():
 
 
 def test_mix_row_shows_the_dynamic_share_of_compiled_records():
-    records = [dict(_record(c, ["add"]), dynamic=d, second_size=s) for c, d, s in
+    records = [_record(c, ["add"]).with_fields(dynamic=d, second_size=s) for c, d, s in
                [("a", True, {"shapes": {"x0": [4]}}), ("b", True, {"shapes": None}), ("c", False, None),
                 ("d", None, None)]]
     row = mix_rows(records)[0]

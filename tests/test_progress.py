@@ -3,10 +3,11 @@ import io
 import json
 
 from torchsim_diff.campaign.progress import PLAIN_EVERY_S, Board, Display, ResultsTail
+from torchsim_diff.results.record import Record
 
 
 def _rec(route, status="pass", bucket=None, known=False):
-    return {"route": route, "status": status, "bucket": bucket, "known": known}
+    return Record(route=route, status=status, bucket=bucket, known=known)
 
 
 def test_board_counts_cases_failures_and_marks_new_and_known_buckets():
@@ -22,12 +23,12 @@ def test_board_counts_cases_failures_and_marks_new_and_known_buckets():
 
 def test_tail_reads_only_complete_new_lines(tmp_path):
     path = tmp_path / "results-gw0.jsonl"
-    path.write_text(json.dumps(_rec("eager")) + "\n" + '{"route": "ea')
+    path.write_text(json.dumps(_rec("eager").to_dict()) + "\n" + '{"route": "ea')
     tail = ResultsTail(str(tmp_path))
-    assert [r["route"] for r in tail.new_records()] == ["eager"]
+    assert [r.route for r in tail.new_records()] == ["eager"]
     with open(path, "a") as handle:
         handle.write('ger", "status": "pass"}\n')
-    assert [r["route"] for r in tail.new_records()] == ["eager"]
+    assert [r.route for r in tail.new_records()] == ["eager"]
     assert tail.new_records() == []
 
 

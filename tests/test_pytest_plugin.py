@@ -5,6 +5,7 @@ import os
 import pytest
 
 from tests.conftest import REPO
+from torchsim_diff.results.record import Record
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ def _records(folder):
     for name in sorted(os.listdir(folder)):
         if name.startswith("results"):
             with open(os.path.join(folder, name)) as handle:
-                found += [json.loads(line) for line in handle if line.strip()]
+                found += [Record.from_dict(json.loads(line)) for line in handle if line.strip()]
     return found
 
 
@@ -53,7 +54,7 @@ def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(su
                                  "*reduced to 1 node*bundle: *bundles*", "Summary*", "*double-wrong-element*",
                                  "Error tolerance*", "route double-unavailable was not fuzzed:*DOUBLE_HOME*",
                                  f"HTML report: {report / 'report.html'}"])
-    assert {r["route"] for r in _records(report)} == {"eager", "double-wrong-element"}
+    assert {r.route for r in _records(report)} == {"eager", "double-wrong-element"}
     assert "NEW buckets" in (report / "report.html").read_text()
 
 
@@ -82,7 +83,7 @@ def test_known_bucket_is_recorded_not_raised(suite, tmp_path):
                                         "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     records = _records(suite.path / "run")
-    assert records and all(r["known"] for r in records if r["status"] == "fail")
+    assert records and all(r.known for r in records if r.failed)
     result.stdout.fnmatch_lines(["NEW buckets: none"])        # a known bug is not new
 
 
@@ -106,8 +107,8 @@ def test_a_bug_ends_the_item_that_found_it_first_and_the_others_record_it(suite)
     result = suite.runpytest_subprocess("-n", "2", "--routes", "double-wrong-element", "--hypothesis-profile=ci",
                                         "--report-dir", str(report), "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
-    failing = [r for r in _records(report) if r["status"] == "fail"]
-    assert len({r["bucket"] for r in failing}) == 1
+    failing = [r for r in _records(report) if r.failed]
+    assert len({r.bucket for r in failing}) == 1
     per_worker = {name: sum(1 for line in open(report / name) if '"status": "fail"' in line)
                   for name in ("results-gw0.jsonl", "results-gw1.jsonl")}
     assert all(per_worker.values()), per_worker     # the item that did not raise still recorded its failures
@@ -124,7 +125,7 @@ def test_fuzz_items_draw_the_same_cases_whatever_ran_before_them_in_the_worker(t
         subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--hypothesis-profile=ci",
                         *first, "fuzz", "--routes", "eager", "--fuzz-examples", "3", "--report-dir", str(report)],
                        cwd=REPO, check=True, capture_output=True)
-        return [r["case_id"] for r in _records(report)]
+        return [r.case_id for r in _records(report)]
 
     alone = case_ids()
     assert alone and alone == case_ids("tests/test_classify.py", "tests/test_judge.py")

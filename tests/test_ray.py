@@ -28,7 +28,7 @@ NODE_ARGS = {"num_cpus": 1, "object_store_memory": 80 << 20}
 
 
 def _verdicts(records):
-    return sorted(tuple(r[k] for k in STABLE) for r in records)
+    return sorted(tuple(getattr(r, k) for k in STABLE) for r in records)
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_two_nodes_give_the_single_process_verdicts(cluster, options, single_pro
     result = run_ray_campaign(dataclasses.replace(options, out_dir=str(tmp_path)), cluster[0].address, SHARDS)
     assert result.cases == CASES and not result.notes
     assert _verdicts(result.records) == _verdicts(single_process.records)
-    assert len({r["node"] for r in result.records}) == 2
+    assert len({r.node for r in result.records}) == 2
 
 
 def test_a_node_killed_mid_run_loses_nothing(cluster, options, single_process, tmp_path, monkeypatch):

@@ -182,7 +182,7 @@ def zoo_routes(monkeypatch):
 
 def _refined(route, cases, tmp_path):
     with Checker(out_dir=str(tmp_path)) as checker:
-        refiner = reduce.Refiner(checker, budget_s=60)
+        refiner = reduce.ReduceThenBucket(checker, budget_s=60)
         verdicts = [checker.check(case, route) for case in cases]
         assert all(v.failed for v in verdicts), [v.status for v in verdicts]
         fields = [refiner.refine(v) for v in verdicts]
@@ -202,20 +202,20 @@ def test_one_layout_bug_through_two_ops_lands_in_one_bucket(zoo_routes, tmp_path
 
 
 def test_a_failure_that_reduces_to_a_known_bugs_case_is_that_known_bug(zoo_routes, tmp_path):
-    from torchsim_diff.campaign.fuzz import refine_unless_known
+    from torchsim_diff.run.runner import CaseRunner
     transposed = ("x0", [4, 3], [1, 4], 0, 12, {"classes": ["transposed"]})
     sin = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}}], [transposed], ["v0"])
     sin_then_relu = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}},
                                {"id": "v1", "op": "relu", "args": ["v0"], "attrs": {}}], [transposed], ["v1"])
     with Checker(out_dir=str(tmp_path)) as checker:
-        refiner = reduce.Refiner(checker, budget_s=60)
+        refiner = reduce.ReduceThenBucket(checker, budget_s=60)
         first, found = (checker.check(case, "zoo-layout-dropped") for case in (sin, sin_then_relu))
         # a known entry holds the minimal case, bucketed as it is checked
         known = {refiner.refine(first)["minimal_bucket"]}
         assert found.failed and found.bucket not in known       # filed under relu before reduction
-        fields = refine_unless_known(refiner, found, known)
-    assert fields["known"] and fields["bucket"] in known
-    assert "known" not in refine_unless_known(refiner, found, set())
+        record = CaseRunner(checker, known=known, reducer=refiner).record(found)
+        assert record.known and record.bucket in known
+        assert not CaseRunner(checker, reducer=refiner).record(found).known
 
 
 def test_two_bugs_on_one_op_and_layout_keep_two_buckets(zoo_routes, tmp_path):
@@ -261,9 +261,10 @@ def test_session_end_refinements_replace_the_buckets_of_their_records(tmp_path):
     (tmp_path / f"{reduce.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(
         {"case_id": "c1", "route": "triton", "bucket": "new", "raw_bucket": "old", "first_op": "add",
          "trigger": ["strided"]}) + "\n")
-    records = [{"case_id": "c1", "route": "triton", "status": "fail", "bucket": "old"},
-               {"case_id": "c1", "route": "inductor", "status": "fail", "bucket": "other"},
-               {"case_id": "c2", "route": "triton", "status": "pass", "bucket": None}]
+    from torchsim_diff.results.record import Record
+    records = [Record(case_id="c1", route="triton", status="fail", bucket="old"),
+               Record(case_id="c1", route="inductor", status="fail", bucket="other"),
+               Record(case_id="c2", route="triton", status="pass", bucket=None)]
     out = reduce.apply_refinements(records, str(tmp_path))
-    assert [r["bucket"] for r in out] == ["new", "other", None]
-    assert out[0]["trigger"] == ["strided"] and out[0]["raw_bucket"] == "old"
+    assert [r.bucket for r in out] == ["new", "other", None]
+    assert out[0].trigger == ["strided"] and out[0].raw_bucket == "old" and out[0].first_op == "add"

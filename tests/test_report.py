@@ -6,14 +6,15 @@ import json
 import pytest
 
 from torchsim_diff.report import tables
+from torchsim_diff.results.record import Record
 
 
 def _record(route, status, ops, err=1e-7, kind=None, bucket=None, case_id="c", n_nodes=2, layouts=("contiguous",)):
-    return {"case_id": case_id, "route": route, "status": status, "kind": kind, "bucket": bucket, "op": ops[0],
+    return Record.from_dict({"case_id": case_id, "route": route, "status": status, "kind": kind, "bucket": bucket, "op": ops[0],
             "ops": list(ops), "dtypes": ["float32"], "layouts": list(layouts), "n_nodes": n_nodes,
             "max_abs_err": err, "max_rel_err": err * 10, "max_ulp": 1.0, "err_ratio": 1.5, "t_case": 2.0,
             "t_harness": 0.1, "t_compile": 1.8, "t_run": 0.1, "message": "output 0: values differ\nmore",
-            "case": {"dtype": "float32", "inputs": [], "nodes": []}}
+            "case": {"dtype": "float32", "inputs": [], "nodes": []}})
 
 
 RECORDS = [
@@ -32,8 +33,8 @@ def test_summary_counts_statuses_and_buckets():
 
 
 def test_harness_share_leaves_out_worker_start_up_and_localising_failures():
-    started = dict(RECORDS[0], t_case=6.0, t_start=4.0)            # its first case started the worker
-    localised = dict(RECORDS[2], t_case=3.0, t_diagnose=1.0)
+    started = RECORDS[0].with_fields(t_case=6.0, t_start=4.0)            # its first case started the worker
+    localised = RECORDS[2].with_fields(t_case=3.0, t_diagnose=1.0)
     (inductor,) = tables.summary_rows([started, RECORDS[1], localised, RECORDS[3]])
     assert inductor["harness %"] == 5.0
     assert (inductor["start-up s"], inductor["localising s"]) == (4.0, 1.0)
@@ -52,8 +53,8 @@ def test_bucket_table_counts_and_keeps_the_smallest_case():
 
 
 def _refined(bucket, op, trigger, case_id, kind="wrong_values"):
-    return {**_record("triton", "fail", [op], kind=kind, bucket=bucket, case_id=case_id),
-            "first_op": op, "trigger": trigger}
+    return _record("triton", "fail", [op], kind=kind, bucket=bucket, case_id=case_id).with_fields(
+        first_op=op, trigger=trigger)
 
 
 def test_bucket_table_puts_distinct_bugs_first():

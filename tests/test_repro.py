@@ -12,13 +12,14 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from torchsim_diff.judge import comparison
+from torchsim_diff.judge import STANDALONE, comparison
 from torchsim_diff.case import layout
 from torchsim_diff.report import bundles
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.triage.corpus import read_entry
 from torchsim_diff.case.graph import Case
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.record import Record
 from torchsim_diff.routes import EXTRA_ROUTES_ENV
 
 KNOWN = os.path.join(REPO, "corpora", "known", "inductor-argmax-permuted-input.json")
@@ -69,16 +70,17 @@ def _exec_script(bundle: str, capsys) -> tuple:
         status = done.code
     finally:
         sys.path.remove(bundle)
-        sys.modules.pop("judge", None)
+        for name in [m for m in sys.modules if m == "judge" or m.startswith("judge.")]:    # its judge/ package
+            sys.modules.pop(name)
     return status, capsys.readouterr().out
 
 
-def _record(case: Case, route="inductor", **fields) -> dict:
-    record = {"route": route, "kind": "wrong_values", "bucket": "0123456789", "op": "add",
-              "message": "output 0: values differ", "case": case.to_dict(), "artifacts": None,
-              "max_abs_err": 0.5, "max_rel_err": 0.25, "max_ulp": 4e6, "err_ratio": None}
+def _record(case: Case, route="inductor", **fields) -> Record:
+    record = dict(route=route, kind="wrong_values", bucket="0123456789", op="add",
+                  message="output 0: values differ", case=case.to_dict(), artifacts=None,
+                  max_abs_err=0.5, max_rel_err=0.25, max_ulp=4e6, err_ratio=None)
     record.update(fields)
-    return record
+    return Record(**record)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +107,8 @@ def inductor_record(tmp_path_factory):
 def test_known_bug_reproduces_in_torch_only_venv_and_passing_case_does_not(inductor_record, torch_venv, tmp_path):
     failing = bundles.write_bundle(inductor_record, str(tmp_path / "failing"))
     # The same record after the case became one inductor gets right (a fixed bug looks like this).
-    passing = bundles.write_bundle(dict(inductor_record, case=read_entry(SEED).case.to_dict()), str(tmp_path / "passing"))
+    passing = bundles.write_bundle(inductor_record.with_fields(case=read_entry(SEED).case.to_dict()),
+                                   str(tmp_path / "passing"))
     with ThreadPoolExecutor(2) as pool:
         bug, fixed = pool.map(lambda b: _run_script(torch_venv, b), [failing, passing])
     assert bug.returncode == 1, bug.stdout + bug.stderr
@@ -120,7 +123,7 @@ def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_ca
     pytest.importorskip("torch_mlir.execution_engine")
     record = bundles.entry_record(read_entry(os.path.join(REPO, "corpora", "known", "mlir-minimum-nan.json")))
     failing = bundles.write_bundle(record, str(tmp_path / "failing"))
-    passing = bundles.write_bundle(dict(record, case=add_case.to_dict()), str(tmp_path / "passing"))
+    passing = bundles.write_bundle(record.with_fields(case=add_case.to_dict()), str(tmp_path / "passing"))
     with ThreadPoolExecutor(2) as pool:
         bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
     assert bug.returncode == 1, bug.stdout + bug.stderr
@@ -163,7 +166,7 @@ def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_wher
     bundle = bundles.write_bundle(record, str(tmp_path / "b"))
     status, out = _exec_script(bundle, capsys)          # in this process; the route in its worker
     assert status == 1 and "REPRODUCES: double-wrong-element wrong_values" in out, out
-    assert "def program(x0, x1)" in out and not os.path.exists(os.path.join(bundle, "judge.py"))
+    assert "def program(x0, x1)" in out and not os.path.exists(os.path.join(bundle, "judge"))
     assert os.path.isdir(os.path.join(bundle, bundles.HARNESS_RUN_DIR, "artifacts"))     # the route's files stay
     monkeypatch.delenv(EXTRA_ROUTES_ENV)
     status, out = _exec_script(bundle, capsys)
@@ -177,13 +180,17 @@ def test_script_imports_only_torch_the_standard_library_and_the_copied_judge(add
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert names - set(sys.stdlib_module_names) == {"torch", "judge"}
-    assert open(os.path.join(bundle, "judge.py"), "rb").read() == open(comparison.__file__, "rb").read()
+    shipped = os.path.join(bundle, "judge")
+    assert sorted(os.listdir(shipped)) == sorted(["__init__.py", *(f"{name}.py" for name in STANDALONE)])
+    here = os.path.dirname(comparison.__file__)
+    for name in STANDALONE:
+        assert open(os.path.join(shipped, f"{name}.py"), "rb").read() == open(os.path.join(here, f"{name}.py"), "rb").read()
 
 
 def test_inputs_are_views_of_small_explicit_storages(add_case, tmp_path):
     bundle = bundles.write_bundle(_record(add_case), str(tmp_path / "b"))
     namespace = {}
-    sys.path.insert(0, bundle)      # its judge.py
+    sys.path.insert(0, bundle)      # its judge/
     try:
         exec(compile(open(os.path.join(bundle, "repro.py")).read().split("\ncompiled = ")[0], "repro", "exec"),
              namespace)
@@ -220,7 +227,7 @@ def test_issue_is_in_the_projects_template_with_title_note_and_versions(add_case
     ("triton", "not yet filed (pytorch/pytorch)", "pytorch"), ("mlir", "", "torch-mlir"), ("spike", "", "torch-mlir"),
     ("triton-spike", "", "triton-adapter")])
 def test_project_follows_upstream_then_route(route, upstream, project):
-    assert bundles.project_of({"route": route, "upstream": upstream}).name == project
+    assert bundles.project_of(Record(route=route, upstream=upstream)).name == project
 
 
 def test_title_names_the_trigger_found_by_ablation_over_the_layout_classes(add_case):
@@ -259,7 +266,7 @@ def test_a_large_output_prints_its_first_differing_elements_not_every_element(tm
     script = bundles.render_script(_record(case, route="eager"), case).replace(
         "compiled = program", "compiled = lambda x: (program(x)[0].flip(0),)")   # rows reversed: many differ
     (tmp_path / "repro.py").write_text(script)
-    (tmp_path / "judge.py").write_bytes(open(comparison.__file__, "rb").read())
+    bundles.write_judge(str(tmp_path))
     status, out = _exec_script(str(tmp_path), capsys)
     shown = out.split("REPRODUCES")[0]
     assert status == 1 and "shape [33, 33], flat indices [" in shown and len(shown) < 1500, shown
@@ -268,9 +275,9 @@ def test_a_large_output_prints_its_first_differing_elements_not_every_element(tm
 def test_pytorch_compile_error_met_on_triton_spike_reproduces_through_the_triton_route(add_case):
     pytorch = dict(route="triton-spike", upstream="not yet filed (pytorch/pytorch)")
     record = bundles.script_record(_record(add_case, kind="compile_error", **pytorch))
-    assert (record["route"], record["found_on"]) == ("triton", "triton-spike")
-    assert bundles.script_record(_record(add_case, **pytorch))["route"] == "triton-spike"      # values: the executor's
-    assert bundles.script_record(_record(add_case, route="triton-spike", kind="compile_error"))["route"] == "triton-spike"
+    assert (record.route, record.found_on) == ("triton", "triton-spike")
+    assert bundles.script_record(_record(add_case, **pytorch)).route == "triton-spike"      # values: the executor's
+    assert bundles.script_record(_record(add_case, route="triton-spike", kind="compile_error")).route == "triton-spike"
 
 
 def test_kernel_ttir_names_source_files_without_their_temporary_folders(tmp_path):
@@ -328,8 +335,8 @@ def test_adapter_kernel_is_the_one_the_adapter_stopped_on(tmp_path):
         for f in files:
             (tmp_path / name / f).write_text("")
     assert adapter_bundle.failing_kernel(str(tmp_path)) == str(tmp_path / "b-stopped" / "kernel.fixed.ttir")
-    assert adapter_bundle.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "adapter: x"})
-    assert not adapter_bundle.is_adapter_bug({"route": "triton-spike", "kind": "compile_error", "message": "ttir: x"})
+    assert adapter_bundle.is_adapter_bug(Record(route="triton-spike", kind="compile_error", message="adapter: x"))
+    assert not adapter_bundle.is_adapter_bug(Record(route="triton-spike", kind="compile_error", message="ttir: x"))
 
 
 def test_repro_literals_keep_every_float_bit_exact():

@@ -70,8 +70,8 @@ def test_a_route_that_mishandles_the_second_size_is_caught(dynamic_doubles, tmp_
     assert caught.stage == second_size.STAGE and caught.message.startswith("at the second size x0 ")
     assert caught.case == case and caught.bucket != checker_bucket_without_second_size(caught)
     record = caught.record()
-    assert record["dynamic"] is True and record["second_size"]["status"] == "fail"
-    assert right.status == Status.PASS and right.record()["second_size"]["status"] == "pass"
+    assert record.dynamic is True and record.second_size["status"] == "fail"
+    assert right.status == Status.PASS and right.record().second_size["status"] == "pass"
 
 
 def checker_bucket_without_second_size(verdict):
@@ -84,7 +84,7 @@ def test_static_shapes_run_one_size(dynamic_doubles, tmp_path):
     with Checker(out_dir=str(tmp_path), route_options={"double-stale-bound": {"dynamic": "false"}}) as checker:
         verdict = checker.check(_matmul_case(), "double-stale-bound")
     assert verdict.status == Status.PASS
-    assert verdict.record()["second_size"] is None and verdict.record()["dynamic"] is False
+    assert verdict.record().second_size is None and verdict.record().dynamic is False
 
 
 def test_mixed_decides_per_graph_for_about_a_third():

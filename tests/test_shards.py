@@ -8,10 +8,10 @@ def test_failures_are_reduced_before_their_records_leave_the_shard(tmp_path, dou
     opts = CampaignOptions(routes=["double-wrong-element"], out_dir=str(tmp_path), max_examples=3, seed=1,
                            max_nodes=3, reduce_budget_s=20)
     result = run_shards_here(opts, shards=1)
-    failing = [r for r in result.records if r["status"] == "fail"]
+    failing = [r for r in result.records if r.failed]
     assert failing, "the planted bug was not met"
-    assert all("raw_bucket" in r for r in failing), "a failure left its shard unreduced"
-    assert len({r["bucket"] for r in failing}) == 1, "one planted bug gave several buckets after reduction"
+    assert all(r.raw_bucket is not None for r in failing), "a failure left its shard unreduced"
+    assert len({r.bucket for r in failing}) == 1, "one planted bug gave several buckets after reduction"
 
 
 def test_budget_stops_drawing_and_says_so(tmp_path):

@@ -142,7 +142,7 @@ def test_starting_the_worker_is_start_up_time_not_harness_time(checker, add_case
     second = checker.check(with_seed(add_case, 2), "eager")
     assert first.metrics["t_start"] > 0.2 > second.metrics["t_start"]      # a Python with torch starts in > 0.2 s
     assert first.t_harness < first.t_case - first.metrics["t_start"] + 1e-9
-    assert first.record()["t_start"] == first.metrics["t_start"]
+    assert first.record().t_start == first.metrics["t_start"]
 
 
 def test_localising_a_failure_is_diagnosis_time_not_harness_time(checker, add_case):

@@ -137,7 +137,7 @@ def cmd_fuzz(args) -> int:
 
 def _print_killed(records) -> None:
     """One line for cases whose route worker was killed from outside: not tested, no finding."""
-    killed = [r for r in records if r["status"] == "skipped" and r.get("kind") == "tool_error"]
+    killed = [r for r in records if r.killed_worker]
     if killed:
         print(f"{len(killed)} case(s) not tested: their route worker was killed from outside "
               f"(records with kind tool_error)")
@@ -146,7 +146,7 @@ def _print_killed(records) -> None:
 def _print_known(records, folder) -> None:
     """One line for failures that are known bugs: they neither fail the run nor count as new."""
     if records:
-        buckets = sorted({r["bucket"] for r in records})
+        buckets = sorted({r.bucket for r in records})
         print(f"{len(records)} failing case(s) in known bug bucket(s) {', '.join(buckets)} (entries in {folder})")
 
 
@@ -349,14 +349,14 @@ def cmd_export(args) -> int:
     from torchsim_diff.case.validate import InvalidCase, validate_case
     record, where = _run_record(args) if args.runs else _history_record(args)
     try:
-        validate_case(record.get("case"))
+        validate_case(record.case)
     except InvalidCase as exc:
         raise UsageError(f"bucket {args.bucket} in {where}: its case is invalid: {exc}") from None
     try:
         folder = write_bundle(record, args.to)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
-    print(f"bundle for bucket {args.bucket} ({record['route']}, {record['kind']}) written to {folder}")
+    print(f"bundle for bucket {args.bucket} ({record.route}, {record.kind}) written to {folder}")
     return EXIT_CLEAN
 
 
@@ -382,28 +382,30 @@ def _run_record(args) -> tuple:
 def _history_record(args) -> tuple:
     """(the bucket's smallest record in the bucket history, where), checked like a results line."""
     from torchsim_diff.triage.bucket_history import BucketStore, legacy_path, store_path
-    from torchsim_diff.results.jsonl import record_problem, run_folder_of
+    from torchsim_diff.results.jsonl import run_folder_of
+    from torchsim_diff.results.record import BadRecord
     _check_history(args.buckets)
     if not any(os.path.exists(p) for p in (store_path(args.buckets), legacy_path(args.buckets))):
         raise UsageError(f"no bucket history at {args.buckets}; pass run folders with --from")
     store = BucketStore(args.buckets)
-    record, where = store.smallest_record(args.bucket), store.path
+    where = store.path
+    try:
+        record = store.smallest_record(args.bucket)
+    except BadRecord as exc:
+        raise UsageError(f"bucket {args.bucket} in {where}: its record is unusable: {exc.reason}") from None
     if record is None:
         raise UsageError(f"bucket {args.bucket!r} not found in {where}")
-    why = record_problem(record, required=("route", "case"))
-    if why:
-        raise UsageError(f"bucket {args.bucket} in {where}: its record is unusable: {why}")
     return _resolved_artifacts(args.bucket, record, where, run_folder_of), where
 
 
-def _resolved_artifacts(bucket: str, record: dict, where: str, run_of) -> dict:
-    """`record` with its artifact folders resolved inside their run folder (`run_of(value)`);
-    an existing folder outside one refuses the export: a bundle holds only what a run wrote."""
-    from torchsim_diff.results.jsonl import ARTIFACT_FIELDS, UnsafeArtifacts, artifact_folder
+def _resolved_artifacts(bucket: str, record, where: str, run_of):
+    """`record` (results.record.Record) with its artifact folders resolved inside their run
+    folder (`run_of(value)`); an existing folder outside one refuses the export: a bundle holds
+    only what a run wrote."""
+    from torchsim_diff.results.jsonl import UnsafeArtifacts, artifact_folder
     resolved = {}
     try:
-        for key in ARTIFACT_FIELDS:
-            value = record.get(key)
+        for key, value in record.artifact_folders().items():
             if value:
                 run = run_of(value)
                 if run is None and os.path.exists(value):
@@ -412,7 +414,7 @@ def _resolved_artifacts(bucket: str, record: dict, where: str, run_of) -> dict:
                 resolved[key] = artifact_folder(value, run) if run else None
     except UnsafeArtifacts as exc:
         raise UsageError(f"bucket {bucket} in {where}: {exc}") from None
-    return {**record, **resolved}
+    return record.with_fields(**resolved)
 
 
 def _existing(paths, what: str, option: str) -> None:
@@ -434,7 +436,7 @@ def _export_entry(args) -> int:
         folder = write_bundle(record, args.to, minimise=not args.all_shims, run=True)
     except (CorruptEntry, BundleError) as exc:
         raise UsageError(str(exc)) from None
-    print(f"bundle for {args.bucket} ({record['route']}, {record['kind']}) written to {folder}")
+    print(f"bundle for {args.bucket} ({record.route}, {record.kind}) written to {folder}")
     return EXIT_CLEAN
 
 
@@ -486,9 +488,9 @@ def _history_rows(path: str) -> list:
     from torchsim_diff.triage.bucket_history import BucketStore, legacy_path, store_path
     if not any(os.path.exists(p) for p in (store_path(path), legacy_path(path))):
         raise UsageError(f"no bucket history at {path}; pass --buckets PATH")
-    return [{"bucket": bucket, "route": e["route"], "kind": e["kind"], "op": e["op"], "count": e["count"],
-             "first seen": e["first_seen"], "nodes": e["size"][0], "message": str(e["message"] or "")[:80]}
-            for bucket, e in BucketStore(path).buckets.items()]
+    return [{"bucket": bucket, "route": row["route"], "kind": row["kind"], "op": row["op"], "count": row["count"],
+             "first seen": row["first_seen"], "nodes": row["size"][0], "message": str(row["message"] or "")[:80]}
+            for bucket, row in BucketStore(path).buckets.items()]
 
 
 # -- parser -----------------------------------------------------------------------------

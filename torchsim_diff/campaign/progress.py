@@ -17,6 +17,8 @@ import os
 import threading
 import time
 
+from torchsim_diff.results.record import PROGRESS_REQUIRED, Record
+
 PLAIN_EVERY_S = 10.0
 TTY_EVERY_S = 1.0
 
@@ -42,15 +44,15 @@ class Board:
         self.seen, self.known = set(seen_buckets), set(known)
         self.routes: dict = collections.defaultdict(RouteCounts)
 
-    def add(self, record: dict) -> None:
-        counts = self.routes[record["route"]]
+    def add(self, record: Record) -> None:
+        counts = self.routes[record.route]
         counts.cases += 1
-        bucket = record.get("bucket")
-        if record.get("status") != "fail" or not bucket:
+        bucket = record.bucket
+        if not record.failed or not bucket:
             return
         counts.failing += 1
         counts.buckets.add(bucket)
-        if bucket in self.known or record.get("known"):
+        if bucket in self.known or record.known:
             counts.known.add(bucket)
         elif bucket not in self.seen:
             counts.new.add(bucket)
@@ -77,7 +79,8 @@ def _clock(seconds: float) -> str:
 
 
 class ResultsTail:
-    """New records of every results*.jsonl under `folder`, read incrementally."""
+    """New records of every results*.jsonl under `folder`, read incrementally (a line that is
+    no record is passed over: the run's reader counts it at the end)."""
 
     def __init__(self, folder: str):
         self.folder = folder
@@ -101,8 +104,8 @@ class ResultsTail:
         records = []
         for line in complete.splitlines():
             try:
-                records.append(json.loads(line))
-            except ValueError:
+                records.append(Record.from_dict(json.loads(line), required=PROGRESS_REQUIRED))
+            except ValueError:          # not JSON, or BadRecord
                 continue
         return records
 

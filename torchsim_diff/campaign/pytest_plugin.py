@@ -44,7 +44,6 @@ from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock
 from torchsim_diff.campaign.interrupts import sigterm_as_interrupt
 from torchsim_diff.results.kinds import Kind
-from torchsim_diff.judge.op_figures import OpFigures
 from torchsim_diff.run.adaptive_timeouts import SHRINK_TIMEOUT_STEPS, TimeoutPolicy
 
 # Profiles under our own names: registering them changes no other suite's settings, and
@@ -187,6 +186,7 @@ class FuzzSession:
         self.workers = worker_input.get("workercount", 1) if worker_input else 1
         self.known = _load_known(opt("--known-bugs") or os.path.join(str(config.rootpath), "corpora", "known"))
         self._checker = None
+        self._runner = None
         self._writer = None
         self._availability: dict = {}
         self._verdicts: dict = {}
@@ -197,7 +197,6 @@ class FuzzSession:
         self._claims = None
         self._progress = None
         self._sigterm = contextlib.ExitStack()  # SIGTERM as Ctrl-C for a fuzz run, until unconfigure
-        self.op_figures = OpFigures()
 
     def _choose_seed(self, given_seed):
         """--fuzz-seed, else 0 for profiles without an example database (ci: derandomized),
@@ -269,18 +268,11 @@ class FuzzSession:
         return self._claims.held_by(verdict.bucket, self._item)
 
     def _run(self, case, route: str):
-        """One route run under this route's adaptive timeout; its record is written."""
-        fresh = not self.checker.worker(route).alive()
+        """One route run through the case runner (run.runner); its record is written.
+        Failures are reduced at session end, in each process (_reduce_then_bucket)."""
         shrinking_hang = self._clock is not None and self._clock.shrinking
-        limit = self.timeouts.limit(route, fresh=fresh, shrinking_timeout=shrinking_hang)
-        if self.budget is not None:
-            limit = self.budget.cap(limit)
-        verdict = self.checker.check(case, route, timeout_s=limit)
-        self.timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
-        record = verdict.record()
-        record["known"] = self.is_known(verdict)
-        record["op_errors"] = self.op_figures.for_verdict(self.checker, verdict, timeout_s=limit)
-        self.writer.write(record)
+        verdict = self.runner.verdict(case, route, shrinking_timeout=shrinking_hang)
+        self.writer.write(self.runner.record(verdict))
         return verdict
 
     def runnable_routes(self) -> list:
@@ -303,7 +295,14 @@ class FuzzSession:
             self._checker.close()
 
     def is_known(self, verdict) -> bool:
-        return bool(verdict.bucket and verdict.bucket in self.known)
+        return self.runner.is_known(verdict)
+
+    @property
+    def runner(self):
+        if self._runner is None:
+            from torchsim_diff.run.runner import CaseRunner
+            self._runner = CaseRunner(self.checker, timeouts=self.timeouts, known=self.known, budget=self.budget)
+        return self._runner
 
     @property
     def checker(self):
@@ -395,9 +394,9 @@ class FuzzSession:
         records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
         if not records:
             return
-        from torchsim_diff.campaign.fuzz import known_by_minimal_case, write_new_bundles
+        from torchsim_diff.campaign.fuzz import write_new_bundles
         from torchsim_diff.triage.reduce import apply_refinements
-        records = [known_by_minimal_case(r, self.known) for r in apply_refinements(records, self.report_dir)]
+        records = [r.known_by_minimal_case(self.known) for r in apply_refinements(records, self.report_dir)]
         terminalreporter.section("torchsim-diff")
         new = self._update_bucket_history(records)
         bundles = write_new_bundles(records, new, self.report_dir)
@@ -427,10 +426,9 @@ class FuzzSession:
 
     def _update_bucket_history(self, records) -> set:
         from torchsim_diff.triage.bucket_history import BucketStore
-        from torchsim_diff.campaign.fuzz import is_new_failure
         store = BucketStore(self._history_path())
         for record in records:
-            if is_new_failure(record):     # a known bug is not new
+            if record.is_new_failure:     # a known bug is not new
                 store.add(record)
         store.save()
         return store.new

@@ -30,14 +30,14 @@ import tarfile
 import tempfile
 import time
 
-from hypothesis import HealthCheck, Phase, given, seed, settings
+from torchsim_diff.campaign.fuzz import (CampaignOptions, CampaignResult, case_strategy, load_known, new_reducer,
+                                         write_new_bundles)
+from torchsim_diff.generate.draws import first_cases
+from torchsim_diff.results.record import Record
+from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
+from torchsim_diff.run.runner import CaseRunner
 
-from torchsim_diff.campaign.fuzz import (DRAWS_PER_CASE, PROGRESS_EVERY_S, CampaignOptions, CampaignResult,
-                                    _CampaignDone, is_new_failure, load_known, refine_unless_known,
-                                    write_new_bundles)
-from torchsim_diff.results.kinds import Status
-from torchsim_diff.generate.strategies import cases, no_local_constants
-
+PROGRESS_EVERY_S = 5.0
 MAX_ARTIFACT_BYTES = 32 << 20    # a failing case's artifacts travel inside its record up to this size
 INSTALL_HINT = "pip install 'torchsim-diff[ray]'"
 # How long the driver waits for a first actor when none is running (starting one imports torch
@@ -91,29 +91,8 @@ def plan_shards(campaign_seed: int, max_examples: int, shards: int) -> list:
 
 def draw_cases(opts: CampaignOptions, seed_value: int, count: int) -> list:
     """The first `count` distinct cases Hypothesis draws with `seed_value`, whatever this
-    process has imported (see strategies.no_local_constants)."""
-    strategy = cases(dtype=opts.dtype, max_nodes=opts.max_nodes, families=opts.families, ops=opts.ops,
-                     special_values=opts.special_values)
-    drawn, seen = [], set()
-
-    @seed(seed_value)
-    @settings(max_examples=count * DRAWS_PER_CASE, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(case=strategy)
-    def draw(case):
-        if case.case_id in seen:
-            return
-        seen.add(case.case_id)
-        drawn.append(case)
-        if len(drawn) >= count:
-            raise _CampaignDone
-
-    with no_local_constants():
-        try:
-            draw()
-        except _CampaignDone:
-            pass
-    return drawn
+    process has imported (generate.draws)."""
+    return first_cases(case_strategy(opts), seed_value=seed_value, count=count)
 
 
 class ShardRunner:
@@ -122,24 +101,17 @@ class ShardRunner:
 
     def __init__(self, opts: CampaignOptions):
         from torchsim_diff.run.checker import Checker
-        from torchsim_diff.judge.op_figures import OpFigures
         self.opts = opts
         self.scratch = tempfile.mkdtemp(prefix="torchsim-diff-shard-")
-        self.known = load_known(opts)
+        known = load_known(opts)
         self.checker = Checker(out_dir=self.scratch, timeout_s=opts.timeout_s, route_options=opts.route_options,
-                               repeat=opts.repeat, known_buckets=self.known)
-        self.available = {r: self.checker.availability(r) for r in opts.routes}
-        self.refiner = self._refiner()
-        self.op_figures = OpFigures()
+                               repeat=opts.repeat, known_buckets=known)
+        # Failures are reduced here, next to their warm route worker, before their record leaves.
+        self.runner = CaseRunner(self.checker, timeouts=TimeoutPolicy(ceiling_s=opts.timeout_s), known=known,
+                                 reducer=new_reducer(self.checker, opts, self.scratch))
+        for route in opts.routes:
+            self.runner.availability(route)
         self._shard, self._cases = None, []
-
-    def _refiner(self):
-        """Failures are reduced here, next to their warm route worker, before their record leaves."""
-        if not self.opts.reduce:
-            return None
-        from torchsim_diff.triage.reduce import Refiner
-        return Refiner(self.checker, budget_s=self.opts.reduce_budget_s,
-                       cache_path=os.path.join(self.scratch, "reductions.json"))
 
     def node(self) -> str:
         """host/node-id of where this runner lives (several nodes may share a host)."""
@@ -156,15 +128,10 @@ class ShardRunner:
             return None
         return [self._record(self._cases[position], route) for route in self.opts.routes]
 
-    def _record(self, case, route: str) -> dict:
-        from torchsim_diff.run.checker import Verdict
-        ok, reason, _versions = self.available[route]
-        verdict = self.checker.check(case, route) if ok else Verdict(case, route, Status.SKIPPED, message=reason)
-        refined = refine_unless_known(self.refiner, verdict, self.known)
-        record = {**verdict.record(), **refined}      # refine first: it may change the bucket
-        record["op_errors"] = self.op_figures.for_verdict(self.checker, verdict)
-        if record.get("artifacts"):
-            record["artifacts_tar"] = _pack(record["artifacts"])
+    def _record(self, case, route: str) -> Record:
+        _, record = self.runner.run(case, route)
+        if record.artifacts:
+            record = record.with_fields(artifacts_tar=_pack(record.artifacts))
         return record
 
     def close(self) -> None:
@@ -180,16 +147,17 @@ def _pack(folder: str) -> bytes | None:
     return blob if len(blob) <= MAX_ARTIFACT_BYTES else None
 
 
-def _unpack(record: dict, out_dir: str) -> dict:
+def _unpack(record: Record, out_dir: str) -> Record:
     """Artifacts that travelled with a record land in OUT/artifacts/<route>/<case_id>."""
-    blob = record.pop("artifacts_tar", None)
-    if record.get("artifacts"):
-        record["artifacts"] = None
+    blob = record.artifacts_tar
+    record = record.with_fields(artifacts_tar=None)
+    if record.artifacts:
+        folder = None
         if blob:
-            folder = os.path.join(out_dir, "artifacts", record["route"], record["case_id"])
+            folder = os.path.join(out_dir, "artifacts", record.route, record.case_id)
             with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
                 tar.extractall(folder, filter="data")
-            record["artifacts"] = folder
+        record = record.with_fields(artifacts=folder)
     return record
 
 
@@ -225,13 +193,12 @@ class Driver:
 
     def accept(self, records: list, node: str) -> None:
         for record in records:
-            record = _unpack(record, self.opts.out_dir)
-            record["node"] = node
+            record = _unpack(record, self.opts.out_dir).with_fields(node=node)
             self.writer.write(record)
             self.result.records.append(record)
-            if record["status"] == Status.SKIPPED.value and not record.get("kind"):   # not a killed worker's
-                self.result.unavailable.setdefault(record["route"], record["message"])
-            if self.store is not None and is_new_failure(record) and self.store.add(record):
+            if record.unavailable_route:      # not a killed worker's (kind tool_error)
+                self.result.unavailable.setdefault(record.route, record.message)
+            if self.store is not None and record.is_new_failure and self.store.add(record):
                 self.store.save()
         self.result.cases += 1
         self.progress.count(node)

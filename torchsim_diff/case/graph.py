@@ -1,6 +1,6 @@
 """Cases: an op graph, its input layouts and values, and the dtype, as versioned JSON.
 
-The JSON is the contract (DESIGN.md, "Graph JSON"): the same JSON always builds the same
+The JSON is the contract (docs/design.md, "Graph JSON"): the same JSON always builds the same
 program and the same input values. `program_source()` is the one place a graph becomes
 code; the worker, the reproducer and people all read the same text.
 

@@ -5,7 +5,7 @@ not cover hold GUARD values, so a route that writes outside a view (or into an i
 must not touch) is caught by comparing whole storages after the run.
 
 Worker-side module: imports only the standard library and torch, so it runs under the
-route's own interpreter (DESIGN.md, "Route").
+route's own interpreter (docs/design.md, "Route").
 """
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def span(shape, strides) -> int:
 
 
 def layout_classes(shape, strides, offset: int, storage_size: int, mutated: bool) -> list:
-    """The layout classes a geometry belongs to (DESIGN.md, "Layout classes").
+    """The layout classes a geometry belongs to (docs/design.md, "Layout classes").
 
     Computed from the geometry itself, so a recorded class is always true of the input.
     """

@@ -1,9 +1,15 @@
 """Is a route's result right? float64 truth, eager's own error, and the rounding a dtype
 computation may legitimately make.
 
-    comparison     tolerance table, the comparison rule, mismatch messages, carried rounding
-    oracle         float64 reference and eager baseline for a whole case; its verdict
-    op_figures     error figures per op, each judged by its own output
+    comparison        tolerance table, the element comparison, Stats, the mismatch and its message
+    rounding_rules    per torch function: its rounding allowance, what it passes through, its decisions
+    carried_rounding  rounding carried through a program by float64 reruns; unstable decisions, overflow
+    rule_names        the closed set of rules an op declares (`OpSpec.rounding`)
+    oracle            float64 reference and eager baseline for a whole case; its verdict
+    op_figures        error figures per op, each judged by its own output
 
-comparison imports only the standard library and torch (bundles ship it).
+The STANDALONE modules import only the standard library, torch and each other (relatively):
+reproducer bundles ship them verbatim as their judge/ folder.
 """
+
+STANDALONE = ("comparison", "rounding_rules", "carried_rounding")

@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 
-from torchsim_diff.results.kinds import Kind, Status
+from torchsim_diff.results.kinds import Status
 
 EXTRA_SHARE = 0.25
 FIELDS = ("max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "atol_needed", "rtol_needed")
@@ -39,7 +39,8 @@ class OpFigures:
     def for_verdict(self, checker, verdict, timeout_s: float | None = None) -> dict | None:
         """op -> figures for a passing or wrong_values verdict, else None."""
         self.case_s += verdict.t_case
-        if verdict.status not in (Status.PASS, Status.FAIL) or verdict.kind not in (None, Kind.WRONG_VALUES):
+        if verdict.status not in (Status.PASS, Status.FAIL) or (verdict.kind is not None
+                                                               and not verdict.kind.tolerance_figures):
             return None
         ops = set(verdict.case.ops)
         if len(ops) == 1:

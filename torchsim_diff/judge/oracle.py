@@ -2,9 +2,10 @@
 
 Truth is the program run in float64 (integer cases: exact). Baseline is eager in the
 case's dtype. The rule itself (tolerances, the rounding allowance carried through the
-graph, stable decisions, the mismatch message) lives in torchsim_diff.judge.comparison, which
-bundles copy verbatim; this module runs the references, maps allowances onto whole input
-storages and judges every output and storage of a route's result.
+graph, stable decisions, the mismatch message) lives in the judge's standalone modules
+(comparison, rounding_rules, carried_rounding), which bundles copy verbatim; this module runs
+the references, maps allowances onto whole input storages and judges every output and storage
+of a route's result.
 
 Inputs are compared as whole storages: elements outside a view (guards), elements of
 read-only inputs, and elements an in-place op left alone must be bit-for-bit unchanged.
@@ -16,31 +17,10 @@ import math
 
 import torch
 
-from torchsim_diff.judge import comparison as rules
 from torchsim_diff.case import layout
+from torchsim_diff.judge import carried_rounding, comparison
+from torchsim_diff.judge.comparison import Mismatch, Stats, same_bits
 from torchsim_diff.results.kinds import Kind
-
-# The one tolerance table and its companions live in the judge; named here for callers.
-TOLERANCES = rules.TOLERANCES
-MARGIN = rules.MARGIN
-LOW_PRECISION_MARGIN = rules.LOW_PRECISION_MARGIN
-FEW_ELEMENTS = rules.FEW_ELEMENTS
-FEW_ELEMENTS_FACTOR = rules.FEW_ELEMENTS_FACTOR
-MANTISSA_BITS = rules.MANTISSA_BITS
-ErrorStats = rules.Stats
-margin = rules.margin
-ulp = rules.ulp
-same_bits = rules.same_bits
-
-
-@dataclasses.dataclass
-class Mismatch:
-    """Why a route's result is wrong: the first failing item, described."""
-
-    kind: Kind
-    where: str          # "output 0" or "input x2"
-    message: str
-    op: str | None = None
 
 
 @dataclasses.dataclass
@@ -85,7 +65,7 @@ def reference(case, program) -> Reference:
     else:
         truth_outputs, truth_storages = outputs, storages
     views = layout.materialize_all(data, torch.float64 if dtype.is_floating_point else None)
-    allowance = rules.carried(program, views, dtype, seed=int(case.values.get("seed", 0)) + 7)
+    allowance = carried_rounding.carried(program, views, dtype, seed=int(case.values.get("seed", 0)) + 7)
     return Reference([o.detach().clone() for o in outputs], [o.detach() for o in truth_outputs],
                      storages, truth_storages, initial, covered, allowance.sensitivity,
                      _on_storages(views, allowance.input_sensitivity, truth_storages), allowance.outputs,
@@ -111,17 +91,18 @@ def without_carried(ref: Reference) -> Reference:
                                output_overflow=[], storage_overflow=[])
 
 
-def judge(case, ref: Reference, outputs, storages) -> tuple:
-    """(Mismatch or None, ErrorStats) for a route's outputs and final input storages."""
-    stats = ErrorStats(carried_by_op=dict(ref.carried_by_op))
+def judge_case(case, ref: Reference, outputs, storages) -> tuple:
+    """(Mismatch or None, Stats) for a route's outputs and final input storages: the first
+    failing output or storage, its kind a `Kind`, with the op that wrote it."""
+    stats = Stats(carried_by_op=dict(ref.carried_by_op))
     if len(outputs) != len(ref.outputs):
         return Mismatch(Kind.SHAPE_MISMATCH, "outputs",
                         f"route returned {len(outputs)} outputs, eager {len(ref.outputs)}"), stats
     producers = {n["id"]: n["op"] for n in case.nodes}
     for i, (got, want, truth) in enumerate(zip(outputs, ref.outputs, ref.truth_outputs)):
-        found, figures = rules.compare(got, want, truth, where=f"output {i}", carried=_at(ref.output_carried, i),
-                                       sensitivity=ref.output_sensitivity[i],
-                                       unstable=_at(ref.output_unstable, i), overflow=_at(ref.output_overflow, i))
+        found, figures = comparison.compare(got, want, truth, where=f"output {i}", carried=_at(ref.output_carried, i),
+                                            sensitivity=ref.output_sensitivity[i],
+                                            unstable=_at(ref.output_unstable, i), overflow=_at(ref.output_overflow, i))
         stats.merge(figures)
         if found:
             return Mismatch(Kind(found.kind), found.where, found.message, producers.get(case.outputs[i])), stats
@@ -137,10 +118,10 @@ def _at(items, i):
 
 
 def compare_values(got, want, truth, where: str = "tensor", sensitivity=None, carried=None, overflow=None):
-    """ErrorStats when `got` passes against eager `want` and float64 `truth`, else
+    """Stats when `got` passes against eager `want` and float64 `truth`, else
     (Kind, message): the judge's comparison of one tensor."""
-    found, stats = rules.compare(got, want, truth, where=where, carried=carried, sensitivity=sensitivity,
-                                 overflow=overflow)
+    found, stats = comparison.compare(got, want, truth, where=where, carried=carried, sensitivity=sensitivity,
+                                      overflow=overflow)
     return stats if found is None else (Kind(found.kind), found.message)
 
 
@@ -172,14 +153,14 @@ def _check_storage(case, i, spec, ref: Reference, got, stats):
 def _check_mutated(case, spec, where, got, want, truth, untouched, stats, sensitivity, carried, overflow):
     op = _writer(case, spec["name"])
     failure = compare_values(got, want, truth, where, sensitivity, carried, overflow)
-    if isinstance(failure, ErrorStats):
+    if isinstance(failure, Stats):
         stats.merge(failure)
         return None
     kind, message = failure
     strict = compare_values(got[~untouched], want[~untouched], truth[~untouched], where, sensitivity[~untouched],
                             None if carried is None else carried[~untouched],
                             None if overflow is None else overflow[~untouched])
-    if isinstance(strict, ErrorStats):
+    if isinstance(strict, Stats):
         count = int((~same_bits(got, want) & untouched).sum())
         return Mismatch(Kind.GUARD_VIOLATION, where,
                         f"{where}: route changed {count} elements the in-place op must leave alone\n{message}", op)

@@ -3,7 +3,10 @@
 An op spec says how to draw a node (operands and attributes, through a `GraphBuilder`
 from `torchsim_diff.generate.strategies`) and how to write it as Python; shapes and dtypes of
 results are not written by hand but inferred by running the emitted code on meta
-tensors. Adding an op is one `register(OpSpec(...))` call in the family module.
+tensors. Adding an op is one `register(OpSpec(...))` call in the family module, which
+names the judge's rounding rule for it (`rounding`, one of the judge's RULES; no default,
+so that a new op cannot silently get no rounding allowance: tests/test_op_rounding.py checks
+the rule against the torch functions the op calls).
 
     >>> from torchsim_diff.ops import get_op
     >>> get_op("add").emit(["x0", "x1"], {})
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Callable
+
+from torchsim_diff.judge.rule_names import RULES
 
 FAMILIES = ("pointwise", "reduction", "normalization", "matmul", "view", "indexing", "inplace")
 
@@ -33,6 +38,8 @@ class OpSpec:
     family: one of FAMILIES (fuzz suites are split by family).
     emit: (argument expressions, attrs) -> Python expression using `torch`.
     build: (builder) -> (argument refs, attrs): draws operands and attributes.
+    rounding: the judge's rule for the op's result, a name in torchsim_diff.judge.rule_names.RULES
+        ("exact", "pointwise", "reduction", "decision", ...): how much rounding it may carry.
     dtypes: "float" (float cases only), "any" (also integer cases), "int" (integer cases only).
     mutates: True when the node writes into its first argument (an input or a view of one).
     result_domain: value domain of the result ("real", "positive", ...), so downstream
@@ -45,6 +52,7 @@ class OpSpec:
     family: str
     emit: Callable[[list, dict], str]
     build: Callable
+    rounding: str
     dtypes: str = "float"
     mutates: bool = False
     result_domain: str = "real"
@@ -63,6 +71,9 @@ def register(spec: OpSpec) -> OpSpec:
         raise DuplicateOp(f"op {spec.name!r} is registered twice")
     if spec.family not in FAMILIES:
         raise ValueError(f"op {spec.name!r}: family={spec.family!r} is not one of {FAMILIES}")
+    if spec.rounding not in RULES:
+        raise ValueError(f"op {spec.name!r}: rounding={spec.rounding!r} is not one of the judge's rules "
+                         f"{tuple(RULES)}")
     _REGISTRY[spec.name] = spec
     return spec
 

@@ -14,8 +14,8 @@ OTHER_FLOAT = {"float32": "float16", "float16": "float32", "bfloat16": "float16"
 ROUND_TRIP = {"float32": "float16", "float16": "bfloat16", "bfloat16": "float16"}
 
 
-def _register(name, emit, build, dtypes="float", signature=None):
-    register(OpSpec(name, "pointwise", emit, build, dtypes=dtypes, signature=signature or {}))
+def _register(name, emit, build, rounding, dtypes="float", signature=None):
+    register(OpSpec(name, "pointwise", emit, build, rounding=rounding, dtypes=dtypes, signature=signature or {}))
 
 
 def _build_to_int32(b):
@@ -24,14 +24,14 @@ def _build_to_int32(b):
 
 # Out-of-range floats (and NaN) make float-to-int conversion undefined in C++: clamp first.
 _register("to_int32", lambda a, k: f"{a[0]}.nan_to_num(0.0).clamp(-1e4, 1e4).to(torch.int32)",
-          _build_to_int32)
+          _build_to_int32, "decision")
 
 
 def _build_to_float(b):
     return [b.value()], {"dtype": b.draw_choice(["float32", "float16"])}
 
 
-_register("to_float", lambda a, k: f"{a[0]}.to(torch.{k['dtype']})", _build_to_float, dtypes="int",
+_register("to_float", lambda a, k: f"{a[0]}.to(torch.{k['dtype']})", _build_to_float, "decision", dtypes="int",
           signature={"dtype": one_of("float32", "float16")})
 
 
@@ -40,7 +40,7 @@ def _build_round_trip(b):
 
 
 _register("cast_round_trip", lambda a, k: f"{a[0]}.to(torch.{k['via']}).to({a[0]}.dtype)", _build_round_trip,
-          signature={"via": one_of(*sorted(set(ROUND_TRIP.values())))})
+          "decision", signature={"via": one_of(*sorted(set(ROUND_TRIP.values())))})
 
 
 def _build_add_int(b):
@@ -48,7 +48,7 @@ def _build_add_int(b):
     return [x, b.new_input(_broadcast_shape(b, b.shape(x)), dtype=b.draw_choice(["int32", "int64"]))], {}
 
 
-_register("add_int_tensor", lambda a, k: call("torch.add", a), _build_add_int)
+_register("add_int_tensor", lambda a, k: call("torch.add", a), _build_add_int, "pointwise")
 
 
 def _build_mul_mixed(b):
@@ -57,7 +57,7 @@ def _build_mul_mixed(b):
     return ([other, x] if b.draw_bool() else [x, other]), {}
 
 
-_register("mul_mixed_float", lambda a, k: call("torch.mul", a), _build_mul_mixed)
+_register("mul_mixed_float", lambda a, k: call("torch.mul", a), _build_mul_mixed, "pointwise")
 
 
 def _broadcast_shape(b, shape) -> list:

@@ -5,8 +5,8 @@ from torchsim_diff.ops import OpSpec, call, register
 from torchsim_diff.ops.attrs import BOOL, INT, INTS, one_of, optional
 
 
-def _register(name, emit, build, signature):
-    register(OpSpec(name, "matmul", emit, build, signature=signature))
+def _register(name, emit, build, rounding, signature):
+    register(OpSpec(name, "matmul", emit, build, rounding=rounding, signature=signature))
 
 
 def _window(b, size: int) -> dict:
@@ -44,8 +44,8 @@ def _emit_conv(fn):
 
 CONV = {"stride": INTS, "padding": INTS, "dilation": INTS, "groups": INT}
 MAX_POOL = {"kernel": INTS, "stride": INTS, "padding": INTS, "dilation": INTS, "ceil_mode": BOOL}
-_register("conv1d", _emit_conv("torch.nn.functional.conv1d"), _build_conv(1), CONV)
-_register("conv2d", _emit_conv("torch.nn.functional.conv2d"), _build_conv(2), CONV)
+_register("conv1d", _emit_conv("torch.nn.functional.conv1d"), _build_conv(1), "contraction", CONV)
+_register("conv2d", _emit_conv("torch.nn.functional.conv2d"), _build_conv(2), "contraction", CONV)
 
 
 def _build_pool(spatial: int, dilated: bool):
@@ -71,9 +71,11 @@ def _emit_avg_pool(args, attrs):
                 stride=tuple(attrs["stride"]), padding=tuple(attrs["padding"]), ceil_mode=attrs["ceil_mode"])
 
 
-_register("max_pool1d", _emit_max_pool("torch.nn.functional.max_pool1d"), _build_pool(1, dilated=True), MAX_POOL)
-_register("max_pool2d", _emit_max_pool("torch.nn.functional.max_pool2d"), _build_pool(2, dilated=True), MAX_POOL)
-_register("avg_pool2d", _emit_avg_pool, _build_pool(2, dilated=False),
+_register("max_pool1d", _emit_max_pool("torch.nn.functional.max_pool1d"), _build_pool(1, dilated=True), "exact",
+          MAX_POOL)
+_register("max_pool2d", _emit_max_pool("torch.nn.functional.max_pool2d"), _build_pool(2, dilated=True), "exact",
+          MAX_POOL)
+_register("avg_pool2d", _emit_avg_pool, _build_pool(2, dilated=False), "contraction",
           {"kernel": INTS, "stride": INTS, "padding": INTS, "ceil_mode": BOOL})
 
 
@@ -84,7 +86,7 @@ def _build_adaptive(b):
 
 _register("adaptive_avg_pool2d",
           lambda a, k: call("torch.nn.functional.adaptive_avg_pool2d", a, output_size=tuple(k["output_size"])),
-          _build_adaptive, {"output_size": INTS})
+          _build_adaptive, "contraction", {"output_size": INTS})
 
 # mode -> spatial rank of the input it takes
 INTERPOLATE_MODES = {"nearest": 2, "bilinear": 2, "linear": 1, "nearest-exact": 1}
@@ -106,5 +108,5 @@ def _emit_interpolate(args, attrs):
     return call("torch.nn.functional.interpolate", args, size=tuple(attrs["size"]), mode=attrs["mode"], **extra)
 
 
-_register("interpolate", _emit_interpolate, _build_interpolate,
+_register("interpolate", _emit_interpolate, _build_interpolate, "contraction",
           {"size": INTS, "mode": one_of(*INTERPOLATE_MODES), "align_corners": optional(BOOL)})

@@ -18,7 +18,7 @@ def _build_gather(b):
 
 
 register(OpSpec("gather", "indexing", lambda a, k: f"torch.gather({a[0]}, {k['dim']}, {a[1]})",
-                _build_gather, dtypes="any", result_domain="same", signature={"dim": INT}))
+                _build_gather, rounding="exact", dtypes="any", result_domain="same", signature={"dim": INT}))
 
 
 def _build_index_select(b):
@@ -31,7 +31,7 @@ def _build_index_select(b):
 
 register(OpSpec("index_select", "indexing",
                 lambda a, k: f"torch.index_select({a[0]}, {k['dim']}, {a[1]})",
-                _build_index_select, dtypes="any", result_domain="same", signature={"dim": INT}))
+                _build_index_select, rounding="exact", dtypes="any", result_domain="same", signature={"dim": INT}))
 
 
 def _build_embedding(b):
@@ -42,7 +42,7 @@ def _build_embedding(b):
 
 
 register(OpSpec("embedding", "indexing", lambda a, k: call("torch.nn.functional.embedding", a),
-                _build_embedding, result_domain="real"))
+                _build_embedding, rounding="exact", result_domain="real"))
 
 
 def _build_advanced_index(b):
@@ -53,4 +53,4 @@ def _build_advanced_index(b):
 
 
 register(OpSpec("index", "indexing", lambda a, k: f"{a[0]}[{a[1]}]", _build_advanced_index,
-                dtypes="any", result_domain="same"))
+                rounding="exact", dtypes="any", result_domain="same"))

@@ -31,10 +31,10 @@ def target_expr(base: str, view: dict | None) -> str:
     raise ValueError(f"unknown target view kind {kind!r}")
 
 
-def _register(name, emit, build, dtypes="any", signature=None):
+def _register(name, emit, build, *, rounding, dtypes="any", signature=None):
     def emit_on_target(args, attrs):
         return emit([target_expr(args[0], attrs.get("view")), *args[1:]], attrs)
-    register(OpSpec(name, "inplace", emit_on_target, build, dtypes=dtypes, mutates=True,
+    register(OpSpec(name, "inplace", emit_on_target, build, rounding=rounding, dtypes=dtypes, mutates=True,
                     signature={"view": TARGET_VIEW, **(signature or {})}))
 
 
@@ -43,8 +43,8 @@ def _build_pointwise_(b):
     return [target, b.broadcastable_to(shape)], {"view": view}
 
 
-_register("add_", lambda a, k: f"{a[0]}.add_({a[1]})", _build_pointwise_)
-_register("mul_", lambda a, k: f"{a[0]}.mul_({a[1]})", _build_pointwise_)
+_register("add_", lambda a, k: f"{a[0]}.add_({a[1]})", _build_pointwise_, rounding="pointwise")
+_register("mul_", lambda a, k: f"{a[0]}.mul_({a[1]})", _build_pointwise_, rounding="pointwise")
 
 
 def _build_copy_(b):
@@ -52,7 +52,7 @@ def _build_copy_(b):
     return [target, b.broadcastable_to(shape)], {"view": view}
 
 
-_register("copy_", lambda a, k: f"{a[0]}.copy_({a[1]})", _build_copy_)
+_register("copy_", lambda a, k: f"{a[0]}.copy_({a[1]})", _build_copy_, rounding="exact")
 
 
 def _build_masked_fill_(b):
@@ -65,7 +65,8 @@ def _emit_masked_fill_(args, attrs):
     return f"{args[0]}.masked_fill_({args[1]}, {attrs['value']!r})"
 
 
-_register("masked_fill_", _emit_masked_fill_, _build_masked_fill_, dtypes="float", signature={"value": NUMBER})
+_register("masked_fill_", _emit_masked_fill_, _build_masked_fill_, dtypes="float", signature={"value": NUMBER},
+          rounding="exact")
 
 
 def _build_index_put_(b):
@@ -81,7 +82,7 @@ def _emit_index_put_(args, attrs):
     return f"{args[0]}.index_put_(({args[1]},), {args[2]}, accumulate={attrs['accumulate']})"
 
 
-_register("index_put_", _emit_index_put_, _build_index_put_, signature={"accumulate": BOOL})
+_register("index_put_", _emit_index_put_, _build_index_put_, signature={"accumulate": BOOL}, rounding="unmodelled")
 
 
 def _build_dim_index_op(unique):
@@ -97,9 +98,9 @@ def _build_dim_index_op(unique):
 
 
 _register("index_add_", lambda a, k: f"{a[0]}.index_add_({k['dim']}, {a[1]}, {a[2]})",
-          _build_dim_index_op(unique=False), signature={"dim": INT})
+          _build_dim_index_op(unique=False), signature={"dim": INT}, rounding="unmodelled")
 _register("index_copy_", lambda a, k: f"{a[0]}.index_copy_({k['dim']}, {a[1]}, {a[2]})",
-          _build_dim_index_op(unique=True), signature={"dim": INT})
+          _build_dim_index_op(unique=True), signature={"dim": INT}, rounding="exact")
 
 
 def _build_scatter_(b):
@@ -110,4 +111,5 @@ def _build_scatter_(b):
     return [target, idx, b.value_of_shape(idx_shape)], {"view": view, "dim": dim}
 
 
-_register("scatter_", lambda a, k: f"{a[0]}.scatter_({k['dim']}, {a[1]}, {a[2]})", _build_scatter_, signature={"dim": INT})
+_register("scatter_", lambda a, k: f"{a[0]}.scatter_({k['dim']}, {a[1]}, {a[2]})", _build_scatter_, signature={"dim": INT},
+          rounding="exact")

@@ -40,10 +40,10 @@ def _build_matmul(b):
     return [a, b.value_of_shape(rhs)], {}
 
 
-register(OpSpec("mm", "matmul", lambda a, k: call("torch.mm", a), _build_mm))
-register(OpSpec("bmm", "matmul", lambda a, k: call("torch.bmm", a), _build_bmm))
-register(OpSpec("addmm", "matmul", lambda a, k: call("torch.addmm", a), _build_addmm))
-register(OpSpec("matmul", "matmul", lambda a, k: call("torch.matmul", a), _build_matmul))
+register(OpSpec("mm", "matmul", lambda a, k: call("torch.mm", a), _build_mm, rounding="contraction"))
+register(OpSpec("bmm", "matmul", lambda a, k: call("torch.bmm", a), _build_bmm, rounding="contraction"))
+register(OpSpec("addmm", "matmul", lambda a, k: call("torch.addmm", a), _build_addmm, rounding="contraction"))
+register(OpSpec("matmul", "matmul", lambda a, k: call("torch.matmul", a), _build_matmul, rounding="contraction"))
 
 
 def _build_batched_add(batched: bool):
@@ -58,9 +58,9 @@ def _build_batched_add(batched: bool):
 
 
 register(OpSpec("baddbmm", "matmul", lambda a, k: call("torch.baddbmm", a, beta=k["beta"], alpha=k["alpha"]),
-                _build_batched_add(True), signature={"beta": NUMBER, "alpha": NUMBER}))
+                _build_batched_add(True), rounding="contraction", signature={"beta": NUMBER, "alpha": NUMBER}))
 register(OpSpec("addbmm", "matmul", lambda a, k: call("torch.addbmm", a, beta=k["beta"], alpha=k["alpha"]),
-                _build_batched_add(False), signature={"beta": NUMBER, "alpha": NUMBER}))
+                _build_batched_add(False), rounding="contraction", signature={"beta": NUMBER, "alpha": NUMBER}))
 
 
 def _build_linear(b):
@@ -73,7 +73,8 @@ def _build_linear(b):
     return args, {}
 
 
-register(OpSpec("linear", "matmul", lambda a, k: call("torch.nn.functional.linear", a), _build_linear))
+register(OpSpec("linear", "matmul", lambda a, k: call("torch.nn.functional.linear", a), _build_linear,
+                rounding="contraction"))
 
 # Contractions users write with einsum: matmul, batched and attention-shaped products,
 # row-wise dots, outer products, diagonals and sums over an axis.
@@ -92,4 +93,4 @@ def _build_einsum(b):
 
 
 register(OpSpec("einsum", "matmul", lambda a, k: f"torch.einsum({k['equation']!r}, {', '.join(a)})", _build_einsum,
-                signature={"equation": EQUATION}))
+                rounding="contraction", signature={"equation": EQUATION}))

@@ -12,10 +12,11 @@ def _build_softmax(b):
 
 
 register(OpSpec("softmax", "normalization",
-                lambda a, k: call("torch.softmax", a, dim=k["dim"]), _build_softmax,
+                lambda a, k: call("torch.softmax", a, dim=k["dim"]), _build_softmax, rounding="normalization",
                 result_domain="positive", signature={"dim": INT}))
 register(OpSpec("log_softmax", "normalization",
-                lambda a, k: call("torch.log_softmax", a, dim=k["dim"]), _build_softmax, signature={"dim": INT}))
+                lambda a, k: call("torch.log_softmax", a, dim=k["dim"]), _build_softmax, rounding="normalization",
+                signature={"dim": INT}))
 
 
 def _build_layer_norm(b):
@@ -36,7 +37,7 @@ def _emit_layer_norm(args, attrs):
     return call("torch.nn.functional.layer_norm", [args[0], repr(shape)])
 
 
-register(OpSpec("layer_norm", "normalization", _emit_layer_norm, _build_layer_norm,
+register(OpSpec("layer_norm", "normalization", _emit_layer_norm, _build_layer_norm, rounding="normalization",
                 signature={"normalized_shape": INTS}))
 
 
@@ -59,7 +60,8 @@ def _emit_group_norm(args, attrs):
     return f"torch.nn.functional.group_norm({', '.join(parts)})"
 
 
-register(OpSpec("group_norm", "normalization", _emit_group_norm, _build_group_norm, signature={"num_groups": INT}))
+register(OpSpec("group_norm", "normalization", _emit_group_norm, _build_group_norm, rounding="normalization",
+                signature={"num_groups": INT}))
 
 
 def _build_rms_norm(b):
@@ -76,5 +78,5 @@ def _emit_rms_norm(args, attrs):
     return call("torch.nn.functional.rms_norm", [args[0], shape, *weight], eps=attrs["eps"])
 
 
-register(OpSpec("rms_norm", "normalization", _emit_rms_norm, _build_rms_norm,
+register(OpSpec("rms_norm", "normalization", _emit_rms_norm, _build_rms_norm, rounding="normalization",
                 signature={"normalized_shape": INTS, "eps": NUMBER}))

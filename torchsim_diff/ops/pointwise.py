@@ -5,65 +5,65 @@ from torchsim_diff.ops import OpSpec, call, register
 from torchsim_diff.ops.attrs import NUMBER, optional, or_none
 
 
-def unary(name, fn, *, domain="real", dtypes="float", result_domain="real"):
+def unary(name, fn, *, rounding, domain="real", dtypes="float", result_domain="real"):
     def build(b):
         return [b.value(domain=domain)], {}
-    register(OpSpec(name, "pointwise", lambda a, k: call(fn, a), build, dtypes=dtypes,
+    register(OpSpec(name, "pointwise", lambda a, k: call(fn, a), build, rounding=rounding, dtypes=dtypes,
                     result_domain=result_domain))
 
 
-def binary(name, fn, *, lhs="real", rhs="real", dtypes="float", result_domain="real"):
+def binary(name, fn, *, rounding, lhs="real", rhs="real", dtypes="float", result_domain="real"):
     def build(b):
         x = b.value(domain=lhs)
         y = b.broadcastable_to(b.shape(x), domain=rhs)
         return ([y, x] if b.draw_bool() and rhs == lhs else [x, y]), {}
-    register(OpSpec(name, "pointwise", lambda a, k: call(fn, a), build, dtypes=dtypes,
+    register(OpSpec(name, "pointwise", lambda a, k: call(fn, a), build, rounding=rounding, dtypes=dtypes,
                     result_domain=result_domain))
 
 
-for _name, _fn, _dom, _dt, _res in [
-    ("relu", "torch.relu", "real", "any", "real"),
-    ("gelu", "torch.nn.functional.gelu", "real", "float", "real"),
-    ("sigmoid", "torch.sigmoid", "real", "float", "positive"),
-    ("silu", "torch.nn.functional.silu", "real", "float", "real"),
-    ("tanh", "torch.tanh", "real", "float", "real"),
-    ("exp", "torch.exp", "real", "float", "positive"),
-    ("log", "torch.log", "positive", "float", "real"),
-    ("sqrt", "torch.sqrt", "positive", "float", "positive"),
-    ("rsqrt", "torch.rsqrt", "positive", "float", "positive"),
-    ("abs", "torch.abs", "real", "any", "real"),
-    ("neg", "torch.neg", "real", "any", "real"),
-    ("sign", "torch.sign", "real", "any", "real"),
-    ("erf", "torch.erf", "real", "float", "real"),
-    ("sin", "torch.sin", "real", "float", "real"),
-    ("cos", "torch.cos", "real", "float", "real"),
-    ("reciprocal", "torch.reciprocal", "nonzero", "float", "nonzero"),
-    ("floor", "torch.floor", "real", "float", "real"),
-    ("round", "torch.round", "real", "float", "real"),
-    ("expm1", "torch.expm1", "real", "float", "real"),
-    ("log1p", "torch.log1p", "positive", "float", "real"),
-    ("hardswish", "torch.nn.functional.hardswish", "real", "float", "real"),
-    ("elu", "torch.nn.functional.elu", "real", "float", "real"),
+for _name, _fn, _dom, _dt, _res, _rule in [
+    ("relu", "torch.relu", "real", "any", "real", "exact"),
+    ("gelu", "torch.nn.functional.gelu", "real", "float", "real", "pointwise"),
+    ("sigmoid", "torch.sigmoid", "real", "float", "positive", "pointwise"),
+    ("silu", "torch.nn.functional.silu", "real", "float", "real", "pointwise"),
+    ("tanh", "torch.tanh", "real", "float", "real", "pointwise"),
+    ("exp", "torch.exp", "real", "float", "positive", "pointwise"),
+    ("log", "torch.log", "positive", "float", "real", "pointwise"),
+    ("sqrt", "torch.sqrt", "positive", "float", "positive", "pointwise"),
+    ("rsqrt", "torch.rsqrt", "positive", "float", "positive", "pointwise"),
+    ("abs", "torch.abs", "real", "any", "real", "exact"),
+    ("neg", "torch.neg", "real", "any", "real", "exact"),
+    ("sign", "torch.sign", "real", "any", "real", "exact"),
+    ("erf", "torch.erf", "real", "float", "real", "pointwise"),
+    ("sin", "torch.sin", "real", "float", "real", "pointwise"),
+    ("cos", "torch.cos", "real", "float", "real", "pointwise"),
+    ("reciprocal", "torch.reciprocal", "nonzero", "float", "nonzero", "pointwise"),
+    ("floor", "torch.floor", "real", "float", "real", "decision"),
+    ("round", "torch.round", "real", "float", "real", "decision"),
+    ("expm1", "torch.expm1", "real", "float", "real", "pointwise"),
+    ("log1p", "torch.log1p", "positive", "float", "real", "pointwise"),
+    ("hardswish", "torch.nn.functional.hardswish", "real", "float", "real", "pointwise"),
+    ("elu", "torch.nn.functional.elu", "real", "float", "real", "pointwise"),
 ]:
-    unary(_name, _fn, domain=_dom, dtypes=_dt, result_domain=_res)
+    unary(_name, _fn, rounding=_rule, domain=_dom, dtypes=_dt, result_domain=_res)
 
-for _name, _fn, _lhs, _rhs, _dt in [
-    ("add", "torch.add", "real", "real", "any"),
-    ("sub", "torch.sub", "real", "real", "any"),
-    ("mul", "torch.mul", "real", "real", "any"),
-    ("div", "torch.div", "real", "nonzero", "float"),
-    ("maximum", "torch.maximum", "real", "real", "any"),
-    ("minimum", "torch.minimum", "real", "real", "any"),
-    ("pow", "torch.pow", "positive", "small", "float"),
-    ("fmod", "torch.fmod", "real", "nonzero", "float"),
-    ("remainder", "torch.remainder", "real", "nonzero", "any"),
-    ("floor_divide", "torch.floor_divide", "real", "nonzero", "any"),
-    ("atan2", "torch.atan2", "real", "real", "float"),
+for _name, _fn, _lhs, _rhs, _dt, _rule in [
+    ("add", "torch.add", "real", "real", "any", "pointwise"),
+    ("sub", "torch.sub", "real", "real", "any", "pointwise"),
+    ("mul", "torch.mul", "real", "real", "any", "pointwise"),
+    ("div", "torch.div", "real", "nonzero", "float", "pointwise"),
+    ("maximum", "torch.maximum", "real", "real", "any", "exact"),
+    ("minimum", "torch.minimum", "real", "real", "any", "exact"),
+    ("pow", "torch.pow", "positive", "small", "float", "pointwise"),
+    ("fmod", "torch.fmod", "real", "nonzero", "float", "jump"),
+    ("remainder", "torch.remainder", "real", "nonzero", "any", "jump"),
+    ("floor_divide", "torch.floor_divide", "real", "nonzero", "any", "decision"),
+    ("atan2", "torch.atan2", "real", "real", "float", "pointwise"),
 ]:
-    binary(_name, _fn, lhs=_lhs, rhs=_rhs, dtypes=_dt)
+    binary(_name, _fn, rounding=_rule, lhs=_lhs, rhs=_rhs, dtypes=_dt)
 
 for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
-    binary(_name, f"torch.{_name}", dtypes="any", result_domain="bool")
+    binary(_name, f"torch.{_name}", rounding="decision", dtypes="any", result_domain="bool")
 
 
 def _build_where(b):
@@ -73,7 +73,8 @@ def _build_where(b):
     return [cond, x, y], {}
 
 
-register(OpSpec("where", "pointwise", lambda a, k: call("torch.where", a), _build_where, dtypes="any"))
+register(OpSpec("where", "pointwise", lambda a, k: call("torch.where", a), _build_where, rounding="exact",
+                dtypes="any"))
 
 
 def _bounds(b):
@@ -91,7 +92,8 @@ def _build_clamp(b):
 
 
 register(OpSpec("clamp", "pointwise", lambda a, k: call("torch.clamp", a, min=k["min"], max=k["max"]),
-                _build_clamp, dtypes="any", signature={"min": or_none(NUMBER), "max": or_none(NUMBER)}))
+                _build_clamp, rounding="exact", dtypes="any",
+                signature={"min": or_none(NUMBER), "max": or_none(NUMBER)}))
 
 
 def _build_clamp_tensor(b):
@@ -100,7 +102,7 @@ def _build_clamp_tensor(b):
 
 
 register(OpSpec("clamp_tensor", "pointwise", lambda a, k: call("torch.clamp", a), _build_clamp_tensor,
-                dtypes="any"))
+                rounding="exact", dtypes="any"))
 
 
 def _build_hardtanh(b):
@@ -110,7 +112,7 @@ def _build_hardtanh(b):
 
 register(OpSpec("hardtanh", "pointwise",
                 lambda a, k: call("torch.nn.functional.hardtanh", a, min_val=k["min_val"], max_val=k["max_val"]),
-                _build_hardtanh, signature={"min_val": NUMBER, "max_val": NUMBER}))
+                _build_hardtanh, rounding="exact", signature={"min_val": NUMBER, "max_val": NUMBER}))
 
 
 def _build_leaky_relu(b):
@@ -119,7 +121,7 @@ def _build_leaky_relu(b):
 
 register(OpSpec("leaky_relu", "pointwise",
                 lambda a, k: call("torch.nn.functional.leaky_relu", a, negative_slope=k["negative_slope"]),
-                _build_leaky_relu, signature={"negative_slope": NUMBER}))
+                _build_leaky_relu, rounding="pointwise", signature={"negative_slope": NUMBER}))
 
 
 def _build_lerp(b):
@@ -136,7 +138,8 @@ def _emit_lerp(args, attrs):
     return call("torch.lerp", args)
 
 
-register(OpSpec("lerp", "pointwise", _emit_lerp, _build_lerp, signature={"weight": optional(NUMBER)}))
+register(OpSpec("lerp", "pointwise", _emit_lerp, _build_lerp, rounding="pointwise",
+                signature={"weight": optional(NUMBER)}))
 
 
 def _build_addc(divisor_domain):
@@ -149,6 +152,6 @@ def _build_addc(divisor_domain):
 
 
 register(OpSpec("addcmul", "pointwise", lambda a, k: call("torch.addcmul", a, value=k["value"]),
-                _build_addc("real"), signature={"value": NUMBER}))
+                _build_addc("real"), rounding="pointwise", signature={"value": NUMBER}))
 register(OpSpec("addcdiv", "pointwise", lambda a, k: call("torch.addcdiv", a, value=k["value"]),
-                _build_addc("nonzero"), signature={"value": NUMBER}))
+                _build_addc("nonzero"), rounding="pointwise", signature={"value": NUMBER}))

@@ -28,9 +28,10 @@ def _emit_multi(fn):
     return emit
 
 
-for _name, _fn, _dt in [("sum", "torch.sum", "any"), ("mean", "torch.mean", "float"),
-                        ("amax", "torch.amax", "any"), ("amin", "torch.amin", "any")]:
-    register(OpSpec(_name, "reduction", _emit_multi(_fn), _build_multi_dim, dtypes=_dt, signature=MULTI_DIM))
+for _name, _fn, _dt, _rule in [("sum", "torch.sum", "any", "reduction"), ("mean", "torch.mean", "float", "reduction"),
+                               ("amax", "torch.amax", "any", "exact"), ("amin", "torch.amin", "any", "exact")]:
+    register(OpSpec(_name, "reduction", _emit_multi(_fn), _build_multi_dim, rounding=_rule, dtypes=_dt,
+                    signature=MULTI_DIM))
 
 
 def _build_one_dim(b):
@@ -49,9 +50,10 @@ def _emit_one(fn):
     return emit
 
 
-register(OpSpec("argmax", "reduction", _emit_one("torch.argmax"), _build_one_dim, dtypes="any",
+register(OpSpec("argmax", "reduction", _emit_one("torch.argmax"), _build_one_dim, rounding="decision", dtypes="any",
                 result_domain="index", signature=ONE_DIM))
-register(OpSpec("prod", "reduction", _emit_one("torch.prod"), _build_one_dim, dtypes="any", signature=ONE_DIM))
+register(OpSpec("prod", "reduction", _emit_one("torch.prod"), _build_one_dim, rounding="reduction", dtypes="any",
+                signature=ONE_DIM))
 
 
 def _build_var(b):
@@ -78,12 +80,12 @@ def _emit_var_like(fn):
     return emit
 
 
-register(OpSpec("var", "reduction", _emit_var_like("torch.var"), _build_var, result_domain="real",
+register(OpSpec("var", "reduction", _emit_var_like("torch.var"), _build_var, rounding="reduction", result_domain="real",
                 signature=VAR_LIKE))
 
 
-register(OpSpec("std", "reduction", _emit_var_like("torch.std"), _build_var, signature=VAR_LIKE))
-register(OpSpec("argmin", "reduction", _emit_one("torch.argmin"), _build_one_dim, dtypes="any",
+register(OpSpec("std", "reduction", _emit_var_like("torch.std"), _build_var, rounding="reduction", signature=VAR_LIKE))
+register(OpSpec("argmin", "reduction", _emit_one("torch.argmin"), _build_one_dim, rounding="decision", dtypes="any",
                 result_domain="index", signature=ONE_DIM))
 
 
@@ -95,7 +97,7 @@ def _build_logsumexp(b):
 
 register(OpSpec("logsumexp", "reduction",
                 lambda a, k: call("torch.logsumexp", a, dim=tuple(k["dim"]), keepdim=k["keepdim"]),
-                _build_logsumexp, signature={"dim": INTS, "keepdim": BOOL}))
+                _build_logsumexp, rounding="reduction", signature={"dim": INTS, "keepdim": BOOL}))
 
 
 def _build_max_dim(b):
@@ -105,4 +107,5 @@ def _build_max_dim(b):
 
 register(OpSpec("max_dim", "reduction",
                 lambda a, k: f"{call('torch.max', a, dim=k['dim'], keepdim=k['keepdim'])}.values",
-                _build_max_dim, dtypes="any", result_domain="same", signature={"dim": INT, "keepdim": BOOL}))
+                _build_max_dim, rounding="exact", dtypes="any", result_domain="same",
+                signature={"dim": INT, "keepdim": BOOL}))

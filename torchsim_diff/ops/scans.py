@@ -10,8 +10,8 @@ from torchsim_diff.ops import OpSpec, call, register
 from torchsim_diff.ops.attrs import BOOL, INT
 
 
-def _register(name, emit, build, dtypes="any", result_domain="real", signature=None):
-    register(OpSpec(name, "reduction", emit, build, dtypes=dtypes, result_domain=result_domain,
+def _register(name, emit, build, rounding, dtypes="any", result_domain="real", signature=None):
+    register(OpSpec(name, "reduction", emit, build, rounding=rounding, dtypes=dtypes, result_domain=result_domain,
                     signature=signature or {"dim": INT}))
 
 
@@ -20,10 +20,11 @@ def _build_scan(b):
     return [x], {"dim": b.draw_int(-1, len(b.shape(x)) - 1)}
 
 
-_register("cumsum", lambda a, k: call("torch.cumsum", a, dim=k["dim"]), _build_scan)
-_register("cumprod", lambda a, k: call("torch.cumprod", a, dim=k["dim"]), _build_scan, dtypes="float")
-_register("logcumsumexp", lambda a, k: call("torch.logcumsumexp", a, dim=k["dim"]), _build_scan, dtypes="float")
-_register("cummax", lambda a, k: f"{call('torch.cummax', a, dim=k['dim'])}.values", _build_scan,
+_register("cumsum", lambda a, k: call("torch.cumsum", a, dim=k["dim"]), _build_scan, "reduction")
+_register("cumprod", lambda a, k: call("torch.cumprod", a, dim=k["dim"]), _build_scan, "reduction", dtypes="float")
+_register("logcumsumexp", lambda a, k: call("torch.logcumsumexp", a, dim=k["dim"]), _build_scan, "reduction",
+          dtypes="float")
+_register("cummax", lambda a, k: f"{call('torch.cummax', a, dim=k['dim'])}.values", _build_scan, "exact",
           result_domain="same")
 
 
@@ -33,9 +34,9 @@ def _build_sort(b):
 
 
 _register("sort", lambda a, k: f"{call('torch.sort', a, dim=k['dim'], descending=k['descending'], stable=True)}.values",
-          _build_sort, result_domain="same", signature={"dim": INT, "descending": BOOL})
+          _build_sort, "exact", result_domain="same", signature={"dim": INT, "descending": BOOL})
 _register("argsort", lambda a, k: call("torch.argsort", a, dim=k["dim"], descending=k["descending"], stable=True),
-          _build_sort, result_domain="index", signature={"dim": INT, "descending": BOOL})
+          _build_sort, "exact", result_domain="index", signature={"dim": INT, "descending": BOOL})
 
 
 def _build_topk(b):
@@ -46,4 +47,4 @@ def _build_topk(b):
 
 
 _register("topk", lambda a, k: f"{call('torch.topk', a, k=k['k'], dim=k['dim'], largest=k['largest'])}.values",
-          _build_topk, result_domain="same", signature={"k": INT, "dim": INT, "largest": BOOL})
+          _build_topk, "exact", result_domain="same", signature={"k": INT, "dim": INT, "largest": BOOL})

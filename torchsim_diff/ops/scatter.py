@@ -16,8 +16,9 @@ INDEX_REDUCES = ("prod", "mean", "amax", "amin")
 HALF_INDEX_REDUCES = ("mean", "amax", "amin")
 
 
-def _register(name, emit, build, signature, dtypes="any"):
-    register(OpSpec(name, "indexing", emit, build, dtypes=dtypes, result_domain="real", signature=signature))
+def _register(name, emit, build, signature, *, rounding, dtypes="any"):
+    register(OpSpec(name, "indexing", emit, build, rounding=rounding, dtypes=dtypes, result_domain="real",
+                    signature=signature))
 
 
 def _scatter_operands(b):
@@ -41,7 +42,7 @@ def _emit_scatter_reduce(args, attrs):
 
 
 _register("scatter_reduce", _emit_scatter_reduce, _build_scatter_reduce,
-          {"dim": INT, "reduce": one_of(*SCATTER_REDUCES), "include_self": BOOL})
+          {"dim": INT, "reduce": one_of(*SCATTER_REDUCES), "include_self": BOOL}, rounding="unmodelled")
 
 
 def _build_scatter_add(b):
@@ -50,7 +51,7 @@ def _build_scatter_add(b):
 
 
 _register("scatter_add", lambda a, k: f"torch.scatter_add({a[0]}, {k['dim']}, {a[1]}, {a[2]})", _build_scatter_add,
-          {"dim": INT})
+          {"dim": INT}, rounding="unmodelled")
 
 
 def _build_index_reduce(b):
@@ -75,7 +76,7 @@ def _emit_index_reduce(args, attrs):
 
 
 _register("index_reduce", _emit_index_reduce, _build_index_reduce,
-          {"dim": INT, "reduce": one_of(*INDEX_REDUCES), "include_self": BOOL}, dtypes="float")
+          {"dim": INT, "reduce": one_of(*INDEX_REDUCES), "include_self": BOOL}, dtypes="float", rounding="unmodelled")
 
 
 def _build_masked_fill(b):
@@ -91,7 +92,7 @@ def _emit_masked_fill(args, attrs):
     return f"torch.masked_fill({args[0]}, {args[1]}, {text})"
 
 
-_register("masked_fill", _emit_masked_fill, _build_masked_fill, {"value": FILL})
+_register("masked_fill", _emit_masked_fill, _build_masked_fill, {"value": FILL}, rounding="exact")
 
 
 def _build_masked_scatter(b):
@@ -100,4 +101,5 @@ def _build_masked_scatter(b):
     return [x, mask, b.value_of_shape(b.shape(x))], {}
 
 
-_register("masked_scatter", lambda a, k: f"{a[0]}.masked_scatter({a[1]}, {a[2]})", _build_masked_scatter, {})
+_register("masked_scatter", lambda a, k: f"{a[0]}.masked_scatter({a[1]}, {a[2]})", _build_masked_scatter, {},
+          rounding="exact")

@@ -6,8 +6,9 @@ from torchsim_diff.ops import OpSpec, call, register
 from torchsim_diff.ops.attrs import INT, INTS
 
 
-def _register(name, emit, build, result_domain="same", signature=None):
-    register(OpSpec(name, "view", emit, build, dtypes="any", result_domain=result_domain, signature=signature or {}))
+def _register(name, emit, build, *, rounding, result_domain="same", signature=None):
+    register(OpSpec(name, "view", emit, build, rounding=rounding, dtypes="any", result_domain=result_domain,
+                    signature=signature or {}))
 
 
 def _dims(b, rank: int) -> list:
@@ -19,7 +20,8 @@ def _build_flip(b):
     return [x], {"dims": _dims(b, len(b.shape(x)))}
 
 
-_register("flip", lambda a, k: call("torch.flip", a, dims=tuple(k["dims"])), _build_flip, signature={"dims": INTS})
+_register("flip", lambda a, k: call("torch.flip", a, dims=tuple(k["dims"])), _build_flip, signature={"dims": INTS},
+          rounding="exact")
 
 
 def _build_roll(b):
@@ -30,15 +32,17 @@ def _build_roll(b):
 
 
 _register("roll", lambda a, k: call("torch.roll", a, shifts=tuple(k["shifts"]), dims=tuple(k["dims"])), _build_roll,
-          signature={"shifts": INTS, "dims": INTS})
+          signature={"shifts": INTS, "dims": INTS}, rounding="exact")
 
 
 def _build_triangle(b):
     return [b.value(min_rank=2)], {"diagonal": b.draw_int(-2, 2)}
 
 
-_register("tril", lambda a, k: call("torch.tril", a, diagonal=k["diagonal"]), _build_triangle, signature={"diagonal": INT})
-_register("triu", lambda a, k: call("torch.triu", a, diagonal=k["diagonal"]), _build_triangle, signature={"diagonal": INT})
+_register("tril", lambda a, k: call("torch.tril", a, diagonal=k["diagonal"]), _build_triangle, signature={"diagonal": INT},
+          rounding="exact")
+_register("triu", lambda a, k: call("torch.triu", a, diagonal=k["diagonal"]), _build_triangle, signature={"diagonal": INT},
+          rounding="exact")
 
 
 def _build_stack(b):
@@ -49,7 +53,7 @@ def _build_stack(b):
 
 
 _register("stack", lambda a, k: f"torch.stack([{', '.join(a)}], dim={k['dim']})", _build_stack,
-          result_domain="real", signature={"dim": INT})
+          result_domain="real", signature={"dim": INT}, rounding="exact")
 
 
 def _build_split(b):
@@ -64,7 +68,7 @@ def _build_split(b):
 
 # Every piece is used: the pieces come back in reverse order, each a separate view.
 _register("split", lambda a, k: f"torch.cat(torch.split({a[0]}, {k['sizes']!r}, dim={k['dim']})[::-1], dim={k['dim']})",
-          _build_split, signature={"sizes": INTS, "dim": INT})
+          _build_split, signature={"sizes": INTS, "dim": INT}, rounding="exact")
 
 
 def _build_chunk(b):
@@ -75,7 +79,7 @@ def _build_chunk(b):
 
 # chunk's pieces may differ in size along the dim; each is summed over it and restacked.
 _register("chunk", lambda a, k: f"torch.stack([c.sum({k['dim']}) for c in torch.chunk({a[0]}, {k['chunks']}, dim={k['dim']})])",
-          _build_chunk, result_domain="real", signature={"chunks": INT, "dim": INT})
+          _build_chunk, result_domain="real", signature={"chunks": INT, "dim": INT}, rounding="reduction")
 
 
 def _build_select(b):
@@ -86,4 +90,4 @@ def _build_select(b):
 
 
 _register("select", lambda a, k: call("torch.select", a, dim=k["dim"], index=k["index"]), _build_select,
-          signature={"dim": INT, "index": INT})
+          signature={"dim": INT, "index": INT}, rounding="exact")

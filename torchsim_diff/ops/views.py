@@ -19,8 +19,9 @@ SLICE = {"dim": INT, "start": INT, "stop": or_none(INT), "step": INT}
 NARROW = {"dim": INT, "start": INT, "length": INT}
 
 
-def _register(name, emit, build, signature, dtypes="any", result_domain="same"):
-    register(OpSpec(name, "view", emit, build, dtypes=dtypes, result_domain=result_domain, signature=signature))
+def _register(name, emit, build, signature, *, rounding, dtypes="any", result_domain="same"):
+    register(OpSpec(name, "view", emit, build, rounding=rounding, dtypes=dtypes, result_domain=result_domain,
+                    signature=signature))
 
 
 def _build_transpose(b):
@@ -30,7 +31,7 @@ def _build_transpose(b):
 
 
 _register("transpose", lambda a, k: call("torch.transpose", a, dim0=k["dim0"], dim1=k["dim1"]),
-          _build_transpose, {"dim0": INT, "dim1": INT})
+          _build_transpose, {"dim0": INT, "dim1": INT}, rounding="exact")
 
 
 def _build_permute(b):
@@ -38,7 +39,8 @@ def _build_permute(b):
     return [x], {"dims": b.draw_permutation(len(b.shape(x)))}
 
 
-_register("permute", lambda a, k: call("torch.permute", a, dims=tuple(k["dims"])), _build_permute, {"dims": INTS})
+_register("permute", lambda a, k: call("torch.permute", a, dims=tuple(k["dims"])), _build_permute, {"dims": INTS},
+          rounding="exact")
 
 
 def _build_reshape(b):
@@ -46,7 +48,8 @@ def _build_reshape(b):
     return [x], {"shape": b.draw_reshape(b.shape(x))}
 
 
-_register("reshape", lambda a, k: call("torch.reshape", a, shape=tuple(k["shape"])), _build_reshape, {"shape": INTS})
+_register("reshape", lambda a, k: call("torch.reshape", a, shape=tuple(k["shape"])), _build_reshape, {"shape": INTS},
+          rounding="exact")
 
 
 def _build_view(b):
@@ -60,7 +63,7 @@ def _build_view(b):
 
 
 _register("view", lambda a, k: f"{a[0]}.view({', '.join(map(str, k['shape'])) or '()'})", _build_view,
-          {"shape": INTS})
+          {"shape": INTS}, rounding="exact")
 
 
 def _build_slice(b):
@@ -75,7 +78,7 @@ def _build_slice(b):
 
 
 _register("slice", lambda a, k: slice_expr(a[0], 0, k["dim"], k["start"], k["stop"], k["step"]),
-          _build_slice, SLICE)
+          _build_slice, SLICE, rounding="exact")
 
 
 def _build_narrow(b):
@@ -87,7 +90,7 @@ def _build_narrow(b):
 
 
 _register("narrow", lambda a, k: call("torch.narrow", a, dim=k["dim"], start=k["start"], length=k["length"]),
-          _build_narrow, NARROW)
+          _build_narrow, NARROW, rounding="exact")
 
 
 def _build_expand(b):
@@ -102,7 +105,8 @@ def _build_expand(b):
     return [x], {"size": shape}
 
 
-_register("expand", lambda a, k: f"{a[0]}.expand({', '.join(map(str, k['size']))})", _build_expand, {"size": INTS})
+_register("expand", lambda a, k: f"{a[0]}.expand({', '.join(map(str, k['size']))})", _build_expand, {"size": INTS},
+          rounding="exact")
 
 
 def _build_unsqueeze(b):
@@ -110,7 +114,8 @@ def _build_unsqueeze(b):
     return [x], {"dim": b.draw_int(0, len(b.shape(x)))}
 
 
-_register("unsqueeze", lambda a, k: call("torch.unsqueeze", a, dim=k["dim"]), _build_unsqueeze, {"dim": INT})
+_register("unsqueeze", lambda a, k: call("torch.unsqueeze", a, dim=k["dim"]), _build_unsqueeze, {"dim": INT},
+          rounding="exact")
 
 
 def _build_squeeze(b):
@@ -120,7 +125,8 @@ def _build_squeeze(b):
     return [x], {"dim": b.draw_choice(ones) if ones else b.draw_int(0, len(shape) - 1)}
 
 
-_register("squeeze", lambda a, k: call("torch.squeeze", a, dim=k["dim"]), _build_squeeze, {"dim": INT})
+_register("squeeze", lambda a, k: call("torch.squeeze", a, dim=k["dim"]), _build_squeeze, {"dim": INT},
+          rounding="exact")
 
 
 def _build_cat(b):
@@ -137,7 +143,7 @@ def _build_cat(b):
 
 
 _register("cat", lambda a, k: f"torch.cat([{', '.join(a)}], dim={k['dim']})", _build_cat, {"dim": INT},
-          result_domain="real")
+          result_domain="real", rounding="exact")
 
 
 def _build_pad(b):
@@ -152,14 +158,14 @@ def _emit_pad(args, attrs):
 
 
 _register("constant_pad_nd", _emit_pad, _build_pad, {"pad": INTS, "value": NUMBER}, dtypes="float",
-          result_domain="real")
+          result_domain="real", rounding="exact")
 
 
 def _build_contiguous(b):
     return [b.value()], {}
 
 
-_register("contiguous", lambda a, k: f"{a[0]}.contiguous()", _build_contiguous, {})
+_register("contiguous", lambda a, k: f"{a[0]}.contiguous()", _build_contiguous, {}, rounding="exact")
 
 
 def _build_repeat(b):
@@ -175,4 +181,4 @@ def _build_repeat(b):
 
 
 _register("repeat", lambda a, k: f"{a[0]}.repeat({', '.join(map(str, k['repeats']))})", _build_repeat,
-          {"repeats": INTS})
+          {"repeats": INTS}, rounding="exact")

@@ -18,9 +18,10 @@ KERNEL_FILE = "kernel.ttir"
 REPLAY_TIMEOUT_S = 600      # one replay, not a campaign: Inductor, TTIR and the adapter on a loaded machine
 
 
-def is_adapter_bug(record: dict) -> bool:
-    return (record.get("route") == "triton-spike" and record.get("kind") == "compile_error"
-            and (record.get("message") or "").startswith("adapter:"))
+def is_adapter_bug(record) -> bool:
+    """Whether `record` (results.record.Record) is a triton-spike compile error in the adapter."""
+    return (record.route == "triton-spike" and record.kind == "compile_error"
+            and (record.message or "").startswith("adapter:"))
 
 
 def failing_kernel(artifact_dir: str | None) -> str | None:

@@ -8,7 +8,8 @@ A bundle holds:
                 inputs from small explicit values as `as_strided` views (guard storage only
                 for a guard violation), eager / compiled / float64 printed; exit 1 while the
                 bug reproduces, 0 once fixed, 2 when torch or the toolchain is missing.
-    judge.py    torchsim-diff's comparison rule, copied verbatim (torchsim_diff/judge/comparison.py).
+    judge/      torchsim-diff's comparison rule: the judge's standalone modules copied verbatim
+                (torchsim_diff/judge/, STANDALONE), with an __init__.py naming what repro.py calls.
     triton_shims.py  (triton route) only the interpreter shims this bug needs.
     ISSUE.md    for the upstream project the route belongs to, in that project's issue
                 template sections, with where to file it, a title in the maintainer's words,
@@ -30,6 +31,8 @@ from torchsim_diff.report import adapter_bundle
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.report.script_text import check_script, docstring
+from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.record import Record
 
 INLINE_ELEMENTS = 64          # larger storages go to inputs.pt instead of repro.py
 SHOWN = 8                     # outputs up to this size print whole; larger ones their first differing elements
@@ -73,14 +76,14 @@ COMPILER_NAMES = {("pytorch", "inductor"): "torch.compile (Inductor CPU)",
                   ("llvm", "spike"): "[RISCV]"}
 
 
-def project_of(record: dict) -> Project:
+def project_of(record: Record) -> Project:
     """The upstream project: the record's `project`, else the one its `upstream` URL names,
     else the route's."""
-    name = record.get("project")
-    upstream = record.get("upstream") or ""
+    name = record.project
+    upstream = record.upstream or ""
     if not name:
         name = next((p.name for p in PROJECTS.values() if p.repo in upstream), None)
-    name = name or ROUTE_PROJECT.get(record.get("route"), "pytorch")
+    name = name or ROUTE_PROJECT.get(record.route, "pytorch")
     if name not in PROJECTS:
         raise BundleError(f"project={name!r} is not one of {', '.join(PROJECTS)}")
     return PROJECTS[name]
@@ -99,32 +102,29 @@ INDEX_OPS = ("argmax", "argmin")
 TITLE_EXPRESSION_CHARS = 80
 
 
-def title(record: dict, case: Case) -> str:
+def title(record: Record, case: Case) -> str:
     """"<compiler>: <expr> on a <layout> input <symptom>", from the minimal case and trigger."""
     project = project_of(record)
-    compiler = COMPILER_NAMES.get((project.name, record["route"]), f"{project.name} ({record['route']})")
+    compiler = COMPILER_NAMES.get((project.name, record.route), f"{project.name} ({record.route})")
     words = [LAYOUT_WORDS[t] for t in _trigger_of(record, case) if t in LAYOUT_WORDS]
     where = f" on {_article(words[0])} {' '.join(words)} input" if words else ""
     dtype = f" ({case.dtype})" if case.dtype != "float32" else ""
     return f"{compiler}: {expression(case, failing_outputs(record, case))}{where}{dtype} {_symptom(record, case)}"
 
 
-NO_VALUE_KINDS = ("compile_error", "runtime_error", "crash", "timeout")
-
-
-def failing_outputs(record: dict, case: Case) -> list:
+def failing_outputs(record: Record, case: Case) -> list:
     """The outputs the failure is about: the one its message names ("output 1: ..."), every
     output when the whole program fails to compile or run, else the first."""
-    named = (record.get("message") or "").split(":", 1)[0].split()
+    named = (record.message or "").split(":", 1)[0].split()
     if len(named) == 2 and named[0] == "output" and named[1].isdigit() and int(named[1]) < len(case.outputs):
         return [case.outputs[int(named[1])]]
-    return list(case.outputs) if record.get("kind") in NO_VALUE_KINDS else case.outputs[:1]
+    return list(case.outputs) if record.kind in Kind.values_where("no_values") else case.outputs[:1]
 
 
-def _trigger_of(record: dict, case: Case) -> list:
+def _trigger_of(record: Record, case: Case) -> list:
     """The ablation trigger when reduce-then-bucket found one, else the inputs' layout classes."""
-    if record.get("trigger") is not None and record.get("reduced_case"):
-        return list(record["trigger"])
+    if record.trigger is not None and record.reduced_case:
+        return list(record.trigger)
     classes = set()
     for spec in case.inputs:
         lay = spec["layout"]
@@ -137,12 +137,12 @@ def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
-def _symptom(record: dict, case: Case) -> str:
-    kind = record.get("kind") or "wrong_values"
+def _symptom(record: Record, case: Case) -> str:
+    kind = record.kind or "wrong_values"
     if kind == "wrong_values" and first_op(record, case) in INDEX_OPS:
         return "returns a wrong index"
     if kind in ("compile_error", "runtime_error"):
-        first = (record.get("message") or "").splitlines()[0] if record.get("message") else ""
+        first = record.first_message_line
         short = first if len(first) <= 90 else first[:90].rsplit(" ", 1)[0] + " ..."
         return f"{SYMPTOMS[kind]}: {short}" if first else SYMPTOMS[kind]
     return SYMPTOMS.get(kind, kind.replace("_", " "))
@@ -209,11 +209,10 @@ TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "a C++ compiler", "mli
              "spike": "torch-mlir"}
 
 
-def runs_on_host(record: dict, case: Case) -> bool:
+def runs_on_host(record: Record, case: Case) -> bool:
     """Whether the bundle runs a torch-mlir value bug on the host (see HOST_SETUP)."""
-    from torchsim_diff.triage import signatures
     from torchsim_diff.report import mlir_host
-    return (record.get("route") in IMPORT_ONLY and record.get("kind") in {k.value for k in signatures.VALUE_KINDS}
+    return (record.route in IMPORT_ONLY and record.kind in Kind.values_where("value_failure")
             and project_of(record).name == "torch-mlir" and mlir_host.runs_on_host(case))
 
 
@@ -227,9 +226,9 @@ def standalone_routes() -> list:
     return sorted(ROUTE_SETUP)
 
 
-def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool = False) -> str:
+def render_script(record: Record, case: Case, *, note: str = "", inputs_file: bool = False) -> str:
     """The text of repro.py (see module docstring)."""
-    route = record["route"]
+    route = record.route
     host = runs_on_host(record, case)
     env, setup = HOST_SETUP if host else ROUTE_SETUP.get(route, ("", None))
     import_only = route in IMPORT_ONLY and not host
@@ -244,29 +243,29 @@ def render_script(record: dict, case: Case, *, note: str = "", inputs_file: bool
     imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
                "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
-    body = [_program_source(case), _inputs_source(case, record.get("kind"), inputs_file)]
-    if record.get("kind") == "timeout":
+    body = [_program_source(case), _inputs_source(case, record.kind, inputs_file)]
+    if record.kind == "timeout":
         body.insert(0, _WATCHDOG)
     if import_only:
         body.append(setup + "\n")
     else:
-        body.append(setup + "\n" + _run_source(case, record.get("kind")))
+        body.append(setup + "\n" + _run_source(case, record.kind))
     text = docstring(doc) + "\n" + "\n".join(x for x in imports if x) + "\n\n\n" + "\n\n".join(body)
     return check_script(text.rstrip("\n") + "\n", doc)
 
 
-def first_op(record: dict, case: Case) -> str | None:
+def first_op(record: Record, case: Case) -> str | None:
     """The first divergent op: recorded by reduce-then-bucket, else the failing output's op."""
-    found = record.get("first_op") or record.get("op")
+    found = record.first_op or record.op
     if found:
         return found
     producers = {n["id"]: n["op"] for n in case.nodes}
     return producers.get(case.outputs[0]) if case.outputs else None
 
 
-def _divergence(record: dict, case: Case) -> str:
-    if record.get("kind") in NO_VALUE_KINDS:
-        where = (f"failing op `{record['first_op']}`" if record.get("first_op") else
+def _divergence(record: Record, case: Case) -> str:
+    if record.kind in Kind.values_where("no_values"):
+        where = (f"failing op `{record.first_op}`" if record.first_op else
                  "the program's ops: " + ", ".join(f"`{op}`" for op in dict.fromkeys(n["op"] for n in case.nodes)))
         return f"Fails while compiling or running (no value to compare); {where}."
     return f"First divergent op: `{first_op(record, case)}`."
@@ -492,54 +491,73 @@ def run_script(bundle: str, python: str = sys.executable, timeout_s: float = 300
 
 
 # -- the bundle ----------------------------------------------------------------------------
-def write_bundle(record: dict, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
+JUDGE_DIR = "judge"
+# The bundle's judge/__init__.py: what repro.py calls, from the modules copied beside it.
+JUDGE_INIT = '''"""torchsim-diff's judge: its standalone modules, copied verbatim from torchsim_diff/judge/."""
+from .carried_rounding import carried
+from .comparison import compare, same_bits
+'''
+
+
+def write_judge(to_dir: str) -> str:
+    """`to_dir`/judge/: the judge's standalone modules, byte for byte, as a package whose
+    __init__ gives repro.py's `import judge` judge.carried, judge.compare and judge.same_bits."""
+    from torchsim_diff import judge
+    folder = os.path.join(to_dir, JUDGE_DIR)
+    os.makedirs(folder, exist_ok=True)
+    for name in judge.STANDALONE:
+        shutil.copyfile(os.path.join(os.path.dirname(judge.__file__), f"{name}.py"), os.path.join(folder, f"{name}.py"))
+    _write_text(os.path.join(folder, "__init__.py"), JUDGE_INIT)
+    return folder
+
+
+def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
                  run: bool = False) -> str:
-    """Write the bundle of a results.jsonl or known-entry `record` into `to_dir`; returns it.
+    """Write the bundle of a results.jsonl or known-entry `record` (results.record.Record) into
+    `to_dir`; returns it.
 
     The record's reduced case is used when it has one. minimise: find the triton shims the
     bug needs by running repro.py without each (slow: one run per shim). run: run repro.py
     once and quote its output in ISSUE.md (else the recorded message is quoted)."""
     case = _case_of(record)
-    if not record.get("route"):
+    if not record.route:
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
     from torchsim_diff.routes import route_names
-    if not isinstance(record["route"], str) or record["route"] not in route_names():
-        raise BundleError(f"record's route {str(record['route'])[:60]!r} is not a route of this torchsim-diff "
+    if not isinstance(record.route, str) or record.route not in route_names():
+        raise BundleError(f"record's route {str(record.route)[:60]!r} is not a route of this torchsim-diff "
                           f"({', '.join(route_names())})")
     record = script_record(record)
-    route = record["route"]
+    route = record.route
     os.makedirs(to_dir, exist_ok=True)
     _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
     inputs_file = sum(int(s["layout"]["storage_size"]) for s in case.inputs) > INLINE_ELEMENTS
     if inputs_file and not harness_only(route):
-        _save_inputs(case, record.get("kind"), os.path.join(to_dir, "inputs.pt"))
-    from torchsim_diff.judge import comparison
+        _save_inputs(case, record.kind, os.path.join(to_dir, "inputs.pt"))
     if not harness_only(route):      # the harness judges with its own copy
-        shutil.copyfile(comparison.__file__, os.path.join(to_dir, "judge.py"))
+        write_judge(to_dir)
     if route == "triton":
         _write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
     if runs_on_host(record, case):
         from torchsim_diff.report import mlir_host
         _write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
-    note = record.get("note") or ""
+    note = record.note or ""
     _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, note=note, inputs_file=inputs_file))
     if adapter_bundle.is_adapter_bug(record):
         artifacts_dir = _adapter_bundle(record, case, to_dir, artifacts_dir) or artifacts_dir
-    if route == "triton" and minimise:
-        record = {**record, "shims": minimise_shims(to_dir)}
-    if run:
-        record = {**record, "repro_output": run_script(to_dir)}
-    copied = _copy_artifacts(artifacts_dir or record.get("reduced_artifacts") or record.get("artifacts"),
+    shims = minimise_shims(to_dir) if route == "triton" and minimise else None
+    repro_output = run_script(to_dir) if run else None
+    copied = _copy_artifacts(artifacts_dir or record.reduced_artifacts or record.artifacts,
                              os.path.join(to_dir, "artifacts"))
     copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
-    _write_text(os.path.join(to_dir, "ISSUE.md"), render_issue(record, case, to_dir, copied))
+    _write_text(os.path.join(to_dir, "ISSUE.md"),
+                render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output))
     return to_dir
 
 
-def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | None) -> str | None:
+def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None) -> str | None:
     """Ship the kernel the adapter fails on and a repro.py that runs the adapter alone; the
     artifact folder it came from (a replay on triton-spike when the record has none)."""
-    source = artifacts_dir or record.get("reduced_artifacts") or record.get("artifacts")
+    source = artifacts_dir or record.reduced_artifacts or record.artifacts
     ttir = adapter_bundle.failing_kernel(source)
     if ttir is None:
         import tempfile
@@ -551,7 +569,7 @@ def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | 
     if adapter_path():       # the quoted run finds the adapter where the route does
         os.environ.setdefault(ADAPTER_ENV, adapter_path())
     adapter_bundle.write_kernel(ttir, to_dir)
-    head = [title(record, case)] + ([f"Known bug: {record['note']}"] if record.get("note") else [])
+    head = [title(record, case)] + ([f"Known bug: {record.note}"] if record.note else [])
     head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_bundle.KERNEL_FILE}).")
     _write_text(os.path.join(to_dir, "repro.py"), adapter_bundle.render_script("\n".join(head)))
     return source
@@ -563,29 +581,25 @@ def _adapter_bundle(record: dict, case: Case, to_dir: str, artifacts_dir: str | 
 SCRIPT_ROUTES = {("pytorch", "triton-spike", "compile_error"): "triton"}
 
 
-def script_record(record: dict) -> dict:
+def script_record(record: Record) -> Record:
     """`record` with the route its repro.py runs (SCRIPT_ROUTES), the route it was met on as `found_on`."""
-    route = SCRIPT_ROUTES.get((project_of(record).name, record["route"], record.get("kind")))
-    return {**record, "route": route, "found_on": record["route"]} if route else record
+    route = SCRIPT_ROUTES.get((project_of(record).name, record.route, record.kind))
+    return record.with_fields(route=route, found_on=record.route) if route else record
 
 
-def entry_record(entry) -> dict:
+def entry_record(entry) -> Record:
     """A known corpus entry as a record write_bundle takes (`export corpora/known/X.json`)."""
-    raw = entry.raw
     if not entry.route:
         raise BundleError(f"{entry.path}: not a known-bug entry (no 'route'); only known bugs have bundles")
-    return {"route": entry.route, "kind": raw.get("kind"), "message": raw.get("message", ""),
-            "case": entry.case.to_dict(), "note": raw.get("note", ""), "upstream": raw.get("upstream", ""),
-            "project": raw.get("project"), "first_op": raw.get("first_op"), "op": raw.get("first_op"),
-            "bucket": entry.bucket, "artifacts": None}
+    return entry.fields.record(entry.case)
 
 
-def _case_of(record: dict) -> Case:
-    if not isinstance(record, dict) or "case" not in record:
+def _case_of(record: Record) -> Case:
+    if not isinstance(record, Record):
         raise BundleError("record has no 'case'; pass a results.jsonl record (Verdict.record())")
     from torchsim_diff.case.validate import validate_case
     try:   # records come from files: both the case and the reduced case are checked whole
-        return without_unused_inputs(validate_case(record.get("reduced_case") or record["case"]))
+        return without_unused_inputs(validate_case(record.case_or_reduced))
     except CaseError as exc:
         raise BundleError(f"record's case is invalid: {exc}") from None
 
@@ -652,23 +666,26 @@ def _files_under(folder: str, start: str) -> list:
 
 
 # -- ISSUE.md ------------------------------------------------------------------------------
-def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
-    """The issue text in the upstream project's template sections."""
+def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, shims: list | None = None,
+                 repro_output: str | None = None) -> str:
+    """The issue text in the upstream project's template sections. shims: the triton shims the
+    bug needs (minimise_shims); repro_output: what a run of repro.py printed (quoted instead of
+    the recorded message)."""
     project = project_of(record)
     bug, versions = project.sections
     with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
         script = handle.read()
     top = [f"<!-- File at {project.file_at} -->", f"# {title(record, case)}", ""]
-    if record.get("note"):
-        top += [f"> Known bug: {record['note']}", ">"]
-    top += [f"> {_divergence(record, case)} Upstream: {record.get('upstream') or 'not yet filed'}.", ""]
+    if record.note:
+        top += [f"> Known bug: {record.note}", ">"]
+    top += [f"> {_divergence(record, case)} Upstream: {record.upstream or 'not yet filed'}.", ""]
     parts = top + [bug, "", _description(record, case), "", "```python", script.rstrip("\n"), "```", "",
                    "Output of `python repro.py`:", "", "```",
-                   (record.get("repro_output") or record.get("message") or "").strip(), "```", ""]
-    if record.get("shims"):
+                   (repro_output or record.message or "").strip(), "```", ""]
+    if shims:
         parts += [f"`{SHIMS_FILE}` (next to the script) holds the shims that let Inductor's Triton kernels run "
                   f"on CPU tensors under `TRITON_INTERPRET=1`; this bug needs: "
-                  f"{', '.join(s.strip('_') for s in record['shims'])}.", ""]
+                  f"{', '.join(s.strip('_') for s in shims)}.", ""]
     if runs_on_host(record, case):
         parts += ["`mlir_host.py` (next to the script) lowers torch-mlir's linalg output to LLVM with the "
                   "pass pipeline of torch-mlir's RefBackend (results as out-parameters) and runs it on this "
@@ -677,28 +694,28 @@ def render_issue(record: dict, case: Case, bundle: str, artifacts: list) -> str:
         parts += [f"`{adapter_bundle.KERNEL_FILE}` (next to the script) is the kernel as it reached the adapter: "
                   "Inductor's Triton kernel lowered to TTIR by Triton 3.9 (CPU target), with torchsim-diff's "
                   "TTIR fix-ups for the adapter's older Triton dialect.", ""]
-    elif harness_only(record["route"]):
-        parts += [f"`repro.py` runs `case.json` on route `{record['route']}` through torchsim-diff's checker: "
+    elif harness_only(record.route):
+        parts += [f"`repro.py` runs `case.json` on route `{record.route}` through torchsim-diff's checker: "
                   "that route exists only in torchsim-diff (install it with its toolchain: scripts/setup.sh).", ""]
-    elif record["route"] not in IMPORT_ONLY or runs_on_host(record, case):
-        parts += ["`judge.py` (next to the script) is torchsim-diff's comparison rule: a float element fails "
+    elif record.route not in IMPORT_ONLY or runs_on_host(record, case):
+        parts += ["`judge/` (next to the script) is torchsim-diff's comparison rule: a float element fails "
                   "when it is further from float64 than eager's own error allows, by a margin.", ""]
-    parts += [versions, "", "```", versions_text(record["route"], project).rstrip("\n"), "```", ""]
+    parts += [versions, "", "```", versions_text(record.route, project).rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
     return "\n".join(parts)
 
 
-def _description(record: dict, case: Case) -> str:
+def _description(record: Record, case: Case) -> str:
     layouts = "; ".join(f"`{s['name']}`: shape {s['shape']}, strides {s['layout']['strides']}, storage offset "
                         f"{s['layout']['offset']} ({', '.join(s['layout']['classes'])})" for s in case.inputs)
-    return (f"`{expression(case, failing_outputs(record, case))}` compiled by route `{record['route']}`{_found_on(record)} disagrees with eager PyTorch "
-            f"({record.get('kind', 'failure').replace('_', ' ')}). Inputs: {layouts or 'none'}. "
+    return (f"`{expression(case, failing_outputs(record, case))}` compiled by route `{record.route}`{_found_on(record)} disagrees with eager PyTorch "
+            f"({record.kind.replace('_', ' ')}). Inputs: {layouts or 'none'}. "
             "Eager agrees with the same program run in float64.")
 
 
-def _found_on(record: dict) -> str:
-    return f" (found on route `{record['found_on']}`, which compiles the same kernels)" if record.get("found_on") else ""
+def _found_on(record: Record) -> str:
+    return f" (found on route `{record.found_on}`, which compiles the same kernels)" if record.found_on else ""
 
 
 def versions_text(route: str, project: Project) -> str:

@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from tabulate import tabulate
 
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.triage import signatures
 
 FORMATS = ("plain", "md", "csv", "json", "html")
@@ -49,31 +50,35 @@ def _fmt_rate(count: int, seconds: float):
     return round(count / seconds, 2) if seconds > 0 else None
 
 
-def _worst(recs, field: str, fallback: str):
-    """Largest value of `field` (records written before it existed use `fallback`)."""
-    values = [r.get(field, r.get(fallback)) for r in recs]
+def _worst(values):
+    """Largest of `values` that is not None (None when there is none)."""
     values = [v for v in values if v is not None]
     return max(values) if values else None
 
 
+def _seconds(values) -> float:
+    return sum(v or 0.0 for v in values)
+
+
 def summary_rows(records) -> list:
     """Per route: case counts by status, buckets, speed, and the harness's share of the time
-    cases take once their worker is up, failures' localisation apart (both shown in seconds)."""
+    cases take once their worker is up, failures' localisation apart (both shown in seconds).
+    records: results.record.Record objects (as are every table's)."""
     by_route = defaultdict(list)
     for r in records:
-        by_route[r["route"]].append(r)
+        by_route[r.route].append(r)
     rows = []
     for route, recs in sorted(by_route.items()):
-        count = lambda s: sum(1 for r in recs if r["status"] == s)  # noqa: E731
-        seconds = lambda key: sum(r.get(key) or 0.0 for r in recs)  # noqa: E731
-        total_time, start, diagnosis = seconds("t_case"), seconds("t_start"), seconds("t_diagnose")
+        count = lambda s: sum(1 for r in recs if r.status == s)  # noqa: E731
+        total_time = _seconds(r.t_case for r in recs)
+        start, diagnosis = _seconds(r.t_start for r in recs), _seconds(r.t_diagnose for r in recs)
         per_case = total_time - start - diagnosis
         rows.append({
             "route": route, "cases": len(recs), "pass": count("pass"), "fail": count("fail"),
             "unsupported": count("unsupported"), "skipped": count("skipped"),
-            "buckets": len({r["bucket"] for r in recs if r.get("bucket")}),
+            "buckets": len({r.bucket for r in recs if r.bucket}),
             "cases/s": _fmt_rate(len(recs), total_time),
-            "harness %": round(100.0 * seconds("t_harness") / per_case, 1) if per_case > 0 else None,
+            "harness %": round(100.0 * _seconds(r.t_harness for r in recs) / per_case, 1) if per_case > 0 else None,
             "start-up s": round(start, 1), "localising s": round(diagnosis, 1),
         })
     return rows
@@ -86,45 +91,33 @@ def _percentile(values: list, q: float):
     return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
 
 
-def _per_op(record) -> dict:
-    """op -> that op's own figures in one record (see torchsim_diff.judge.op_figures).
-
-    Records written before per-op figures existed charge the case's figures to each op;
-    a record whose per-op run did not complete counts only for a single-op case."""
-    if "op_errors" not in record:
-        return {op: record for op in record.get("ops", [])}
-    if record["op_errors"] is None:
-        ops = set(record.get("ops", []))
-        return {op: record for op in ops} if len(ops) == 1 else {}
-    return record["op_errors"]
-
-
 def tolerance_rows(records) -> list:
     """Per route x op x dtype: the error seen and the tolerance it implies.
 
-    Each op is judged by its own output (records' `op_errors`), not by the case's worst
-    one; `atol needed` (at the dtype's default rtol) and `rtol needed` (at its default atol)
-    are the smallest tolerances under which that op's values in every passing and
+    Each op is judged by its own output (records' `op_errors`, Record.per_op_figures), not by
+    the case's worst one; `atol needed` (at the dtype's default rtol) and `rtol needed` (at its
+    default atol) are the smallest tolerances under which that op's values in every passing and
     value-failing case would pass torch.allclose against float64.
     """
     groups = defaultdict(list)
     for r in records:
-        if r["status"] not in ("pass", "fail") or r.get("kind") not in (None, "wrong_values"):
+        if not r.judged or (r.kind is not None and r.kind not in Kind.values_where("tolerance_figures")):
             continue
-        dtype = r["case"]["dtype"] if r.get("case") else ",".join(r.get("dtypes", []))
-        for op, figures in _per_op(r).items():
-            groups[(r["route"], op, dtype)].append({**figures, "status": r["status"]})
+        dtype = r.case_dtype if r.case else ",".join(r.dtypes)
+        for op, figures in r.per_op_figures().items():
+            groups[(r.route, op, dtype)].append((figures, r.status))
     rows = []
-    for (route, op, dtype), recs in sorted(groups.items()):
+    for (route, op, dtype), seen in sorted(groups.items()):
+        figures = [f for f, _status in seen]
         rows.append({
-            "route": route, "op": op, "dtype": dtype, "cases": len(recs),
-            "passed": sum(1 for r in recs if r["status"] == "pass"),
-            "max abs err": max((r.get("max_abs_err") or 0.0) for r in recs),
-            "max rel err": max((r.get("max_rel_err") or 0.0) for r in recs),
-            "max ulp": max((r.get("max_ulp") or 0.0) for r in recs),
-            "p99 err/eager": _percentile([r.get("err_ratio") for r in recs], 0.99),
-            "atol needed (default rtol)": _worst(recs, "atol_needed", "max_abs_err"),
-            "rtol needed (default atol)": _worst(recs, "rtol_needed", "max_rel_err"),
+            "route": route, "op": op, "dtype": dtype, "cases": len(seen),
+            "passed": sum(1 for _f, status in seen if status == "pass"),
+            "max abs err": max((f.max_abs_err or 0.0) for f in figures),
+            "max rel err": max((f.max_rel_err or 0.0) for f in figures),
+            "max ulp": max((f.max_ulp or 0.0) for f in figures),
+            "p99 err/eager": _percentile([f.err_ratio for f in figures], 0.99),
+            "atol needed (default rtol)": _worst(f.atol_needed for f in figures),
+            "rtol needed (default atol)": _worst(f.rtol_needed for f in figures),
         })
     return rows
 
@@ -134,15 +127,15 @@ def bucket_rows(records, reproducers: dict | None = None) -> list:
     first (signatures.rank_buckets: the most frequent, then each the farthest from those above)."""
     buckets: dict = {}
     for r in records:
-        if not r.get("bucket"):
+        if not r.bucket:
             continue
-        row = buckets.setdefault(r["bucket"], {
-            "bucket": r["bucket"], "route": r["route"], "kind": r["kind"], "op": r.get("op"), "count": 0,
-            "first seen": r.get("case_id"), "smallest (nodes)": r.get("n_nodes"),
-            "message": (r.get("message") or "").splitlines()[0][:80] if r.get("message") else "",
-            "reproducer": (reproducers or {}).get(r["bucket"])})
+        row = buckets.setdefault(r.bucket, {
+            "bucket": r.bucket, "route": r.route, "kind": r.kind, "op": r.op, "count": 0,
+            "first seen": r.case_id, "smallest (nodes)": r.n_nodes,
+            "message": r.first_message_line[:80],
+            "reproducer": (reproducers or {}).get(r.bucket)})
         row["count"] += 1
-        row["smallest (nodes)"] = min(row["smallest (nodes)"], r.get("n_nodes") or 0)
+        row["smallest (nodes)"] = min(row["smallest (nodes)"], r.n_nodes or 0)
     order = {b: k for k, b in enumerate(signatures.ranked_buckets(records))}
     return sorted(buckets.values(), key=lambda row: order[row["bucket"]])
 
@@ -153,11 +146,11 @@ def coverage_rows(records) -> list:
     counts = defaultdict(lambda: defaultdict(int))
     seen = set()
     for r in records:
-        if r["case_id"] in seen:
+        if r.case_id in seen:
             continue
-        seen.add(r["case_id"])
-        for op in r.get("ops", []):
-            for cls in r.get("layouts", []):
+        seen.add(r.case_id)
+        for op in r.ops:
+            for cls in r.layouts:
                 counts[op][cls] += 1
     return [{"op": op, **{cls: counts[op].get(cls, 0) for cls in LAYOUT_CLASSES}} for op in sorted(counts)]
 
@@ -170,13 +163,13 @@ def mix_rows(records) -> list:
     from torchsim_diff.ops import all_ops
     cases_by_dtype = defaultdict(dict)
     for r in records:
-        dtype = r["case"]["dtype"] if r.get("case") else "?"
-        cases_by_dtype[dtype][r["case_id"]] = r
+        dtype = r.case_dtype if r.case else "?"
+        cases_by_dtype[dtype][r.case_id] = r
     rows = []
     for dtype, cases in sorted(cases_by_dtype.items()):
         recs = list(cases.values())
-        share = lambda pred: round(100.0 * sum(1 for r in recs if pred(set(r["layouts"]))) / len(recs), 1)  # noqa: E731
-        seen = {op for r in recs for op in r["ops"]}
+        share = lambda pred: round(100.0 * sum(1 for r in recs if pred(set(r.layouts))) / len(recs), 1)  # noqa: E731
+        seen = {op for r in recs for op in r.ops}
         registered = {n for n, s in all_ops().items() if s.supports(dtype)}
         rows.append({
             "dtype": dtype, "cases": len(recs),
@@ -196,8 +189,7 @@ def _op_counts(recs, registered) -> list:
     """Nodes per registered op over the cases (ops alone where a record has no case)."""
     counts = dict.fromkeys(registered, 0)
     for r in recs:
-        ops = [n["op"] for n in r["case"]["nodes"]] if r.get("case") else r["ops"]
-        for op in ops:
+        for op in r.case_ops:
             if op in counts:
                 counts[op] += 1
     return sorted(counts.values())
@@ -223,7 +215,7 @@ def _op_balance(recs, registered) -> dict:
 
 def _tail_shares(recs) -> dict:
     """Share of cases in a value tail and in the odd-size tail (strategies' per-case switches)."""
-    tails = [set(r["case"].get("values", {}).get("tails", [])) for r in recs if r.get("case")]
+    tails = [r.value_tails for r in recs if r.case]
     if not tails:
         return {}
     return {"value tail %": round(100.0 * sum(1 for t in tails if t - {"odd_sizes"}) / len(tails), 1),
@@ -233,12 +225,11 @@ def _tail_shares(recs) -> dict:
 def _dynamic_shares(records, dtype) -> dict:
     """Share of the torch.compile routes' records compiled with dynamic shapes, and of
     those, the share that also ran at a second size (routes/compile_options.py)."""
-    compiled = [r for r in records if r.get("dynamic") is not None
-                and (r["case"]["dtype"] if r.get("case") else "?") == dtype]
+    compiled = [r for r in records if r.dynamic is not None and (r.case_dtype if r.case else "?") == dtype]
     if not compiled:
         return {}
-    dynamic = [r for r in compiled if r["dynamic"]]
-    second = [r for r in dynamic if (r.get("second_size") or {}).get("shapes")]
+    dynamic = [r for r in compiled if r.dynamic]
+    second = [r for r in dynamic if r.second_size_shapes]
     return {"dynamic %": round(100.0 * len(dynamic) / len(compiled), 1),
             "second size % of dynamic": round(100.0 * len(second) / len(dynamic), 1) if dynamic else "-"}
 
@@ -246,7 +237,7 @@ def _dynamic_shares(records, dtype) -> dict:
 # -- html page with error distributions ---------------------------------------------------------
 def error_histogram_svg(records, route: str, width: int = 420, height: int = 140) -> str:
     """Inline SVG: how many cases of `route` had their max abs error in each decade."""
-    errors = [r.get("max_abs_err") for r in records if r["route"] == route and r["status"] in ("pass", "fail")]
+    errors = [r.max_abs_err for r in records if r.route == route and r.judged]
     decades = defaultdict(int)
     for e in errors:
         if e is None:
@@ -272,7 +263,7 @@ def error_histogram_svg(records, route: str, width: int = 420, height: int = 140
 
 def html_page(records, title: str = "torchsim-diff report", new_rows: list | None = None) -> str:
     """A self-contained page: tables plus per-route error distributions (NEW buckets first)."""
-    routes = sorted({r["route"] for r in records})
+    routes = sorted({r.route for r in records})
     sections = [f"<h1>{html.escape(title)}</h1>"]
     if new_rows:
         sections.append(render(new_rows, "html", "NEW buckets"))
@@ -304,7 +295,7 @@ def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
     order = {b: k for k, b in enumerate(signatures.ranked_buckets(records))}
     for bucket in sorted((b for b in new_buckets if b in smallest), key=lambda b: (order.get(b, len(order)), b)):
         record = smallest[bucket]
-        nodes, inputs, elements = case_size(record["case"])
+        nodes, inputs, elements = case_size(record.case)
         bundle = (bundles or {}).get(bucket)
         rows.append({"bucket": bucket, "title": _title(record, bundle),
                      "reduced": f"{nodes} node{'s' * (nodes != 1)}, {inputs} input{'s' * (inputs != 1)}, "
@@ -321,8 +312,8 @@ def _title(record, bundle: str | None) -> str:
             first = handle.readline().strip()
         if first.startswith("#"):
             return first.lstrip("# ")
-    message = (record.get("message") or "").strip().splitlines()
-    return f"[{record['route']}] {record['kind']} in `{record.get('op')}`" + (f": {message[0][:100]}" if message else "")
+    message = (record.message or "").strip().splitlines()
+    return f"[{record.route}] {record.kind} in `{record.op}`" + (f": {message[0][:100]}" if message else "")
 
 
 def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: dict | None = None) -> list:
@@ -337,7 +328,7 @@ def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: d
             lines += [f"  {row['bucket']}  {row['title']}", f"      reduced to {row['reduced']}; bundle: {row['bundle']}"]
     else:
         lines.append("NEW buckets: none")
-    seen = {r["bucket"] for r in records if r.get("bucket")} - set(new_buckets)
+    seen = {r.bucket for r in records if r.bucket} - set(new_buckets)
     if seen:
         lines.append(f"({len(seen)} more bucket{'s' * (len(seen) != 1)} seen before or known: see the HTML report)")
     lines += ["", *render(summary_rows(records), "plain", "Summary").splitlines(), ""]

@@ -5,7 +5,8 @@ A record is one `write` of one whole line to a file opened for appending, so con
 writers never interleave inside a line. A killed writer can still leave a torn last line;
 the next writer cuts it back to the last newline (saying how many bytes it dropped) before
 appending, so the torn text never swallows a new record. Readers skip what they cannot
-read and say how many lines and why.
+read and say how many lines and why. Lines are results.record.Record objects as JSON
+(Record.to_dict / Record.from_dict, which checks each field's type).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import os
 import sys
 
 from torchsim_diff import files
+from torchsim_diff.results.record import BadRecord, Record
 
 
 class StorageError(BaseException):
@@ -41,9 +43,9 @@ class ResultsWriter:
         if dropped:
             self._warn(f"{path}: dropped {dropped} bytes of a torn last record (a killed writer) before appending")
 
-    def write(self, record: dict) -> None:
+    def write(self, record: Record) -> None:
         record = stored_record(record, os.path.dirname(os.path.abspath(self.path)))
-        line = (json.dumps(record, sort_keys=False) + "\n").encode("utf-8")
+        line = (json.dumps(record.to_dict(), sort_keys=False) + "\n").encode("utf-8")
         try:
             done = os.write(self._fd, line)
             if done != len(line):
@@ -109,85 +111,12 @@ class ReadLog:
         return f"skipped {total} unreadable line(s) in {', '.join(sorted(self.files))}: {reasons}"
 
 
-# Fields every record has had since the first version and that the tables rely on.
-REQUIRED = ("case_id", "route", "status", "kind", "bucket", "ops", "case")
-
-
-def _text(v) -> bool:
-    return isinstance(v, str)
-
-
-def _maybe(test):
-    return lambda v: v is None or test(v)
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _texts(v) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
-
-
-def _figures(v) -> bool:
-    """An op's own figures (op_errors values): an object whose error figures are numbers."""
-    return isinstance(v, dict) and all(_maybe(_number)(v.get(k)) for k in NUMBER_FIELDS if k in v)
-
-
-def _case(v) -> bool:
-    """What readers take from a recorded case without validating it: its dtype, its nodes'
-    ops, its inputs' shapes (graph.case_size) and its value tails."""
-    if not (isinstance(v, dict) and isinstance(v.get("dtype"), str) and isinstance(v.get("nodes"), list)
-            and isinstance(v.get("inputs"), list) and isinstance(v.get("values", {}), dict)):
-        return False
-    return (all(isinstance(n, dict) and isinstance(n.get("op"), str) for n in v["nodes"])
-            and all(isinstance(i, dict) and isinstance(i.get("shape"), list)
-                    and all(_number(d) and isinstance(d, int) for d in i["shape"]) for i in v["inputs"])
-            and _maybe(_texts)(v.get("values", {}).get("tails")))
-
-
-NUMBER_FIELDS = ("n_nodes", "max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "atol_needed", "rtol_needed",
-                 "t_case", "t_harness", "t_start", "t_diagnose")
-# field -> (test, what it must be): every field a reader of records takes, checked on read, so
-# that a line of the wrong shape is skipped (and counted) instead of crashing a table.
-FIELD_TYPES = {
-    "case_id": (_text, "text"), "route": (_text, "text"), "status": (_text, "text"),
-    "kind": (_maybe(_text), "text or null"), "bucket": (_maybe(_text), "text or null"),
-    "op": (_maybe(_text), "text or null"), "first_op": (_maybe(_text), "text or null"),
-    "stage": (_maybe(_text), "text or null"), "message": (_maybe(_text), "text or null"),
-    "note": (_maybe(_text), "text or null"), "upstream": (_maybe(_text), "text or null"),
-    "project": (_maybe(_text), "text or null"),
-    "ops": (_texts, "a list of op names"), "layouts": (_texts, "a list of layout classes"),
-    "dtypes": (_texts, "a list of dtype names"), "trigger": (_maybe(_texts), "a list of names or null"),
-    "case": (_maybe(_case), "a case object or null"), "reduced_case": (_maybe(_case), "a case object or null"),
-    "op_errors": (_maybe(lambda v: isinstance(v, dict) and all(_figures(f) for f in v.values())),
-                  "an object of per-op figures or null"),
-    "second_size": (_maybe(lambda v: isinstance(v, dict)), "an object or null"),
-    "dynamic": (_maybe(lambda v: isinstance(v, bool)), "true, false or null"),
-    "known": (lambda v: isinstance(v, bool), "true or false"),
-    "artifacts": (_maybe(_text), "a folder name or null"),
-    "reduced_artifacts": (_maybe(_text), "a folder name or null"),
-    **{name: (_maybe(_number), "a number or null") for name in NUMBER_FIELDS},
-}
-
-
-def record_problem(record, required=REQUIRED) -> str | None:
-    """Why `record` (parsed JSON) is no record readers can use, or None; the reason names the
-    first field of the wrong type, so the skip log counts lines by field."""
-    if not isinstance(record, dict) or any(key not in record for key in required):
-        return "not a record (JSON without the record fields)"
-    for name, (test, what) in FIELD_TYPES.items():
-        if name in record and not test(record[name]):
-            return f"a record whose {name} is not {what}"
-    return None
-
-
 def read_records(path: str, log: ReadLog | None = None):
     """Records of a results.jsonl; lines that are not records are counted in `log`, by reason.
 
     The file must be a regular file within files.RESULTS_FILE's cap (else it is skipped whole,
     and counted); a line over files.RESULTS_LINE's cap is skipped, and so is a line whose
-    fields have the wrong types (record_problem). Artifact folders come back absolute, resolved
+    fields have the wrong types (Record.from_dict), or of a newer schema. Artifact folders come back absolute, resolved
     inside the run folder (the file's folder); a record whose own folder lies outside it is
     skipped too, its reason kept in `log.refused` under its bucket."""
     log = log if log is not None else ReadLog()
@@ -212,7 +141,7 @@ def read_records(path: str, log: ReadLog | None = None):
                 yield resolved_artifacts(record, run_dir)
             except UnsafeArtifacts as exc:
                 log.skip(path, "a record whose artifacts lie outside its run folder")
-                log.refused.setdefault(record.get("bucket"), f"{path}: {exc}")
+                log.refused.setdefault(record.bucket, f"{path}: {exc}")
 
 
 def _lines(handle):
@@ -246,8 +175,10 @@ def _parse(raw: bytes):
         return None, f"JSON nested deeper than {files.MAX_JSON_DEPTH} levels"
     if files.depth_over(record, files.MAX_JSON_DEPTH):
         return None, f"JSON nested deeper than {files.MAX_JSON_DEPTH} levels"
-    why = record_problem(record)
-    return (None, why) if why else (record, None)
+    try:
+        return Record.from_dict(record), None
+    except BadRecord as exc:
+        return None, exc.reason
 
 
 def read_all(files) -> tuple:
@@ -257,8 +188,8 @@ def read_all(files) -> tuple:
 
 
 # -- artifact folders -------------------------------------------------------------------------
-# Record fields naming a folder of the route's files, which bundles copy (repro.write_bundle).
-ARTIFACT_FIELDS = ("artifacts", "reduced_artifacts")
+# ARTIFACT_FIELDS (results.record): record fields naming a folder of the route's files, which
+# bundles copy (report.bundles.write_bundle).
 ARTIFACTS_DIR = "artifacts"        # RUN/artifacts/<route>/<case id>: check.Checker's layout
 
 
@@ -266,17 +197,16 @@ class UnsafeArtifacts(ValueError):
     """A record whose artifact folder lies outside its run folder: the message says which."""
 
 
-def stored_record(record: dict, run_dir: str) -> dict:
+def stored_record(record: Record, run_dir: str) -> Record:
     """`record` as results.jsonl stores it: artifact folders relative to the run folder (the
     results file's folder), so a run folder can move. A folder outside it (a reduction cached
     by an earlier run) is not this run's to name and is stored as null."""
     changed = {}
-    for key in ARTIFACT_FIELDS:
-        value = record.get(key)
+    for key, value in record.artifact_folders().items():
         if isinstance(value, str) and value:
             relative = os.path.relpath(os.path.abspath(value), run_dir)
             changed[key] = None if _leaves(relative) else relative
-    return {**record, **changed} if changed else record
+    return record.with_fields(**changed) if changed else record
 
 
 def artifact_folder(value, run_dir: str) -> str | None:
@@ -304,18 +234,20 @@ def artifact_folder(value, run_dir: str) -> str | None:
     return None
 
 
-def resolved_artifacts(record: dict, run_dir: str) -> dict:
+def resolved_artifacts(record: Record, run_dir: str) -> Record:
     """`record` with its artifact folders absolute (artifact_folder). A reduction's folder
     outside the run (an older record's reduction cached by an earlier run) is dropped; the
     case's own folder outside it refuses the record: UnsafeArtifacts."""
-    if not any(record.get(key) for key in ARTIFACT_FIELDS):
+    present = record.artifact_folders()
+    if not any(present.values()):
         return record
-    resolved = {"artifacts": artifact_folder(record.get("artifacts"), run_dir)}
+    artifacts = artifact_folder(record.artifacts, run_dir)
     try:
-        resolved["reduced_artifacts"] = artifact_folder(record.get("reduced_artifacts"), run_dir)
+        reduced = artifact_folder(record.reduced_artifacts, run_dir)
     except UnsafeArtifacts:
-        resolved["reduced_artifacts"] = None
-    return {**record, **{k: v for k, v in resolved.items() if k in record}}
+        reduced = None
+    resolved = dict(artifacts=artifacts, reduced_artifacts=reduced)
+    return record.with_fields(**{k: v for k, v in resolved.items() if k in present})
 
 
 def run_folder_of(value: str) -> str | None:

@@ -1,7 +1,7 @@
 """Deleting what passing cases leave behind, off the case's critical path.
 
 A passing case keeps no artifacts, but deleting a Triton kernel capture (a score of files)
-took about 50 ms of a 0.8 s case in the harness. `Sweeper.discard` renames the folder aside
+took about 50 ms of a 0.8 s case in the harness. `BackgroundDelete.discard` renames the folder aside
 at once (one system call, so the next run of the same case may reuse the name) and a
 background thread deletes it; `close` waits for the deletions.
 """
@@ -13,7 +13,7 @@ import shutil
 import uuid
 
 
-class Sweeper:
+class BackgroundDelete:
     """Discards folders into `trash` (created on first use) and deletes them in the background."""
 
     def __init__(self, trash: str):

@@ -96,7 +96,7 @@ def _judged(checker, case, route: str, outputs, storages, share: dict, timeout_s
     from torchsim_diff.run.checker import Verdict
     try:
         ref = checker.reference(case, case.program_source())
-        mismatch, stats = oracle.judge(case, ref, outputs, storages)
+        mismatch, stats = oracle.judge_case(case, ref, outputs, storages)
     except Exception:  # noqa: BLE001 - whatever the slice cannot say, the solo run says
         mismatch, stats = True, None
     if mismatch is not None:

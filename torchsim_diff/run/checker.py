@@ -17,18 +17,18 @@ import time
 import torch
 
 from torchsim_diff.triage import signatures
-from torchsim_diff.judge import oracle
+from torchsim_diff.judge import comparison, oracle
 from torchsim_diff.run import second_size
 from torchsim_diff.campaign.bucket_claims import BucketClaims
 from torchsim_diff.case.graph import Case
 from torchsim_diff.results.kinds import Kind, Status
+from torchsim_diff.results.record import Record
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.routes import route_class
-from torchsim_diff.run.background_delete import Sweeper
+from torchsim_diff.run.background_delete import BackgroundDelete
 from torchsim_diff.worker import whose_fault, protocol
 from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
-LOCALISED_KINDS = (Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION)
 # Seconds of a case that are not the harness's per-case overhead: the route compiling and
 # running it, starting its worker (once, or after a crash), and localising a failure.
 NOT_HARNESS_TIMES = ("t_compile", "t_run", "t_start", "t_diagnose")
@@ -88,12 +88,12 @@ class Verdict:
     message: str = ""
     op: str | None = None
     where: str | None = None
-    stats: oracle.ErrorStats = dataclasses.field(default_factory=oracle.ErrorStats)
+    stats: comparison.Stats = dataclasses.field(default_factory=comparison.Stats)
     metrics: dict = dataclasses.field(default_factory=dict)
     artifact_dir: str | None = None
     artifacts: list = dataclasses.field(default_factory=list)
     t_case: float = 0.0
-    refined: str | None = None     # signature read from the reduced case (reduce.Refiner)
+    refined: str | None = None     # signature read from the reduced case (reduce.ReduceThenBucket)
 
     @property
     def failed(self) -> bool:
@@ -118,28 +118,28 @@ class Verdict:
         judging (start-up and a failure's localisation are `t_start` and `t_diagnose`)."""
         return max(self.t_case - sum(self.metrics.get(k) or 0.0 for k in NOT_HARNESS_TIMES), 0.0)
 
-    def record(self) -> dict:
-        """The results.jsonl record (DESIGN.md, "results.jsonl")."""
-        case, s = self.case, self.stats
-        return {
-            "case_id": case.case_id, "seed": case.values.get("seed"), "graph_hash": case.graph_hash,
-            "route": self.route, "status": self.status.value, "kind": self.kind.value if self.kind else None,
-            "stage": self.stage, "bucket": self.bucket, "op": self.op, "ops": case.ops,
-            "dtypes": case.dtypes, "layouts": case.layouts, "n_nodes": len(case.nodes),
-            "max_abs_err": s.max_abs_err, "max_rel_err": s.max_rel_err, "max_ulp": s.max_ulp,
-            "unstable": s.unstable, "carried_ulp": oracle.finite_or_none(s.carried_ulp),
-            "carried_by_op": {op: oracle.finite_or_none(u) for op, u in s.carried_by_op.items()},
-            "err_ratio": oracle.finite_or_none(s.err_ratio),
-            "atol_needed": oracle.finite_or_none(s.atol_needed), "rtol_needed": oracle.finite_or_none(s.rtol_needed),
-            "t_compile": self.metrics.get("t_compile"), "t_run": self.metrics.get("t_run"),
-            "t_case": self.t_case, "t_harness": self.t_harness, "t_start": self.metrics.get("t_start"),
-            "t_diagnose": self.metrics.get("t_diagnose"), "cost": self.metrics.get("cost"),
-            "divergent_kernel": self.metrics.get("divergent_kernel"),
-            "dynamic": self.metrics.get("dynamic"), "second_size": self.metrics.get("second_size"),
-            "versions": self.metrics.get("versions"),   # routes that report what they ran (torchsim-*)
-            "artifacts": self.artifact_dir if self.artifacts else None,
-            "message": self.message, "case": case.to_dict(),
-        }
+    def record(self) -> Record:
+        """The results.jsonl record (docs/design.md, "results.jsonl"; results.record)."""
+        case, s, metrics = self.case, self.stats, self.metrics
+        return Record(
+            case_id=case.case_id, seed=case.values.get("seed"), graph_hash=case.graph_hash,
+            route=self.route, status=self.status.value, kind=self.kind.value if self.kind else None,
+            stage=self.stage, bucket=self.bucket, op=self.op, ops=case.ops,
+            dtypes=case.dtypes, layouts=case.layouts, n_nodes=len(case.nodes),
+            max_abs_err=s.max_abs_err, max_rel_err=s.max_rel_err, max_ulp=s.max_ulp,
+            unstable=s.unstable, carried_ulp=oracle.finite_or_none(s.carried_ulp),
+            carried_by_op={op: oracle.finite_or_none(u) for op, u in s.carried_by_op.items()},
+            err_ratio=oracle.finite_or_none(s.err_ratio),
+            atol_needed=oracle.finite_or_none(s.atol_needed), rtol_needed=oracle.finite_or_none(s.rtol_needed),
+            t_compile=metrics.get("t_compile"), t_run=metrics.get("t_run"),
+            t_case=self.t_case, t_harness=self.t_harness, t_start=metrics.get("t_start"),
+            t_diagnose=metrics.get("t_diagnose"), cost=metrics.get("cost"),
+            divergent_kernel=metrics.get("divergent_kernel"),
+            dynamic=metrics.get("dynamic"), second_size=metrics.get("second_size"),
+            versions=metrics.get("versions"),   # routes that report what they ran (torchsim-*)
+            artifacts=self.artifact_dir if self.artifacts else None,
+            message=self.message, case=case.to_dict(),
+        )
 
     def raise_if_failed(self):
         """Raise the bucket's own Finding type (for Hypothesis-driven tests)."""
@@ -181,7 +181,7 @@ class Checker:
         self._not_localised_again = set(known_buckets or ())
         self._localisations = BucketClaims(os.path.join(self.out_dir, "localised.sqlite"))
         self._claimant = f"{tag}:{os.getpid()}"
-        self.sweeper = Sweeper(os.path.join(self.out_dir, ".discarded"))
+        self.deleter = BackgroundDelete(os.path.join(self.out_dir, ".discarded"))
 
     def __enter__(self):
         return self
@@ -193,7 +193,7 @@ class Checker:
         for worker in self.workers.values():
             worker.close()
         self.workers.clear()
-        self.sweeper.close()
+        self.deleter.close()
 
     def stop(self) -> None:
         """Kill every route worker now and run no more cases: for a run being interrupted
@@ -240,7 +240,7 @@ class Checker:
             shutil.rmtree(artifact_dir, ignore_errors=True)
             return _reference_failure(case, route, exc, artifact_dir)
         reply = worker.collect(pending)
-        if reply.kind in (Kind.TIMEOUT.value, Kind.CRASH.value) and not reply.metrics.get("t_run"):
+        if reply.kind in Kind.values_where("lost_worker") and not reply.metrics.get("t_run"):
             # a worker that hung or died reported no times: the wait was the route's, not ours
             reply.metrics["t_run"] = time.perf_counter() - pending.sent_at
         try:
@@ -254,13 +254,13 @@ class Checker:
             verdict.metrics.update(_localise(artifact_dir))
             verdict.metrics["t_diagnose"] = time.perf_counter() - t0
         if not verdict.failed:
-            self.sweeper.discard(artifact_dir)
+            self.deleter.discard(artifact_dir)
             verdict.artifacts = []
         return verdict
 
     def _localises(self, verdict: Verdict) -> bool:
         """Whether this checker localises the failure: the first one of its bucket in the run."""
-        if not verdict.failed or verdict.kind not in LOCALISED_KINDS or verdict.bucket in self._not_localised_again:
+        if not verdict.failed or not verdict.kind.localised or verdict.bucket in self._not_localised_again:
             return False
         self._not_localised_again.add(verdict.bucket)
         return verdict.bucket is None or self._localisations.held_by(verdict.bucket, self._claimant)
@@ -287,11 +287,11 @@ class Checker:
             return Verdict(case, route, Status.SKIPPED, message=reply.message)
         if not reply.ok:
             kind = Kind(reply.kind)
-            status = Status.UNSUPPORTED if kind == Kind.UNSUPPORTED else Status.FAIL
+            status = Status.FAIL if kind.fails_run else Status.UNSUPPORTED
             return Verdict(case, route, status, kind, reply.stage, reply.message, metrics=metrics)
         outputs = [protocol.payload_to_tensor(p) for p in reply.outputs]
         storages = [protocol.payload_to_tensor(p) for p in reply.storages]
-        mismatch, stats = oracle.judge(case, ref, outputs, storages)
+        mismatch, stats = oracle.judge_case(case, ref, outputs, storages)
         if mismatch is None and metrics.get("host_parts"):
             # part of the program ran on the host, not on the route: what the route ran agreed,
             # yet the case as a whole was not tested on it

@@ -6,7 +6,7 @@ every case. The thread only runs cases (it waits on the worker most of the time,
 the GIL); the caller alone writes what comes back, so an interrupted run writes nothing of
 the case it abandoned.
 
-    >>> pipe = Pipeline(run_cases)
+    >>> pipe = OneAhead(run_cases)
     >>> for done in pipe.submit(batch):     # the previous batch's result, if any
     ...     write(done)
     >>> for done in pipe.drain():
@@ -17,7 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 
 
-class Pipeline:
+class OneAhead:
     """Runs `work(item)` for one item at a time on a background thread."""
 
     def __init__(self, work):

@@ -20,7 +20,9 @@ import time
 
 from torchsim_diff import files
 from torchsim_diff.case.graph import case_size
-from torchsim_diff.results.jsonl import ARTIFACT_FIELDS, StorageError
+from torchsim_diff.results.jsonl import StorageError
+from torchsim_diff.results.kinds import Status
+from torchsim_diff.results.record import HISTORY_REQUIRED, BadRecord, Record
 
 DEFAULT_PATH = os.path.join("reports", "buckets.sqlite")
 LEGACY_SUFFIX = ".json"
@@ -119,27 +121,29 @@ class BucketStore:
         return self._db.execute("SELECT 1 FROM imported WHERE path = ?", (key,)).fetchone() is not None
 
     # -- updates ---------------------------------------------------------------------------
-    def add(self, record: dict) -> bool:
-        """Account for one failing record in one transaction; True when its bucket is new."""
-        bucket = record.get("bucket")
+    def add(self, record: Record) -> bool:
+        """Account for one failing record in one transaction; True when its bucket is new.
+        The record is kept as its results.jsonl JSON (Record.to_dict)."""
+        bucket = record.bucket
         if not bucket:
             return False
-        size = list(case_size(record["case"]))
+        size = list(case_size(record.case))
         # absolute, so that `export` finds them from any folder (results.run_folder_of)
-        record = {**record, **{key: os.path.abspath(record[key]) for key in ARTIFACT_FIELDS
-                               if isinstance(record.get(key), str) and record[key]}}
+        record = record.with_fields(**{key: os.path.abspath(value) for key, value in record.artifact_folders().items()
+                                       if isinstance(value, str) and value})
+        kept = json.dumps(record.to_dict())
         with self._transaction() as db:
             row = db.execute("SELECT size FROM buckets WHERE bucket = ?", (bucket,)).fetchone()
             if row is None:
                 db.execute("INSERT INTO buckets VALUES (?, ?, ?, ?, ?, ?, 1, ?, ?)",
-                           (bucket, record.get("route"), record.get("kind"), record.get("op"),
-                            _first_line(record.get("message")), time.strftime("%Y-%m-%d %H:%M:%S"),
-                            json.dumps(size), json.dumps(record)))
+                           (bucket, record.route, record.kind, record.op,
+                            _first_line(record.message), time.strftime("%Y-%m-%d %H:%M:%S"),
+                            json.dumps(size), kept))
                 self.new.add(bucket)
                 return True
             if size < json.loads(row[0]):
                 db.execute("UPDATE buckets SET count = count + 1, size = ?, record = ? WHERE bucket = ?",
-                           (json.dumps(size), json.dumps(record), bucket))
+                           (json.dumps(size), kept, bucket))
             else:
                 db.execute("UPDATE buckets SET count = count + 1 WHERE bucket = ?", (bucket,))
         return False
@@ -154,10 +158,13 @@ class BucketStore:
         self._db.close()
 
     # -- reading ---------------------------------------------------------------------------
-    def smallest_record(self, bucket: str):
-        """The smallest record kept for `bucket` (parsed JSON, unchecked: see results.record_problem)."""
+    def smallest_record(self, bucket: str) -> Record | None:
+        """The smallest record kept for `bucket`, None when the bucket has none (or its JSON text
+        is damaged); BadRecord (its reason) when the kept JSON is no record a bundle can be made
+        from (HISTORY_REQUIRED)."""
         row = self._db.execute("SELECT record FROM buckets WHERE bucket = ?", (bucket,)).fetchone()
-        return _loads(row[0]) if row else None
+        kept = _loads(row[0]) if row else None
+        return None if kept is None else Record.from_dict(kept, required=HISTORY_REQUIRED)
 
     @property
     def buckets(self) -> dict:
@@ -167,11 +174,10 @@ class BucketStore:
                                 "FROM buckets ORDER BY first_seen, bucket").fetchall()
         found = {}
         for r in rows:
-            size, record = _loads(r[7]), _loads(r[8])
+            size = _loads(r[7])
             size = size if isinstance(size, list) and len(size) == 3 else [0, 0, 0]
-            case = record.get("case") if isinstance(record, dict) else None
             found[r[0]] = {"route": r[1], "kind": r[2], "op": r[3], "message": r[4], "first_seen": r[5],
-                           "count": r[6], "size": size, "case": case}
+                           "count": r[6], "size": size, "case": _kept_case(r[8])}
         return found
 
 
@@ -211,24 +217,34 @@ def _loads(text):
         return None
 
 
+def _kept_case(text):
+    """The case of a kept record's JSON text (None when the text is no record)."""
+    try:
+        return Record.from_dict(_loads(text), required=HISTORY_REQUIRED).case
+    except BadRecord:
+        return None
+
+
 def _first_line(message) -> str:
     return message.splitlines()[0][:200] if message else ""
 
 
-def _legacy_row(bucket: str, entry: dict) -> tuple:
-    record = entry.get("record") or {"bucket": bucket, "route": entry["route"], "kind": entry["kind"],
-                                     "op": entry.get("op"), "message": entry.get("message", ""),
-                                     "case": entry["case"], "status": "fail"}
-    return (bucket, entry["route"], entry["kind"], entry.get("op"), entry.get("message", ""),
-            entry.get("first_seen", ""), int(entry["count"]), json.dumps(list(entry["size"])), json.dumps(record))
+def _legacy_row(bucket: str, row: dict) -> tuple:
+    """A row of the SQLite table from an entry of the JSON history (same columns; its record
+    when it kept one, else one made from the columns)."""
+    record = row.get("record") or Record(bucket=bucket, route=row["route"], kind=row["kind"], op=row.get("op"),
+                                         message=row.get("message", ""), case=row["case"],
+                                         status=Status.FAIL.value).to_dict()
+    return (bucket, row["route"], row["kind"], row.get("op"), row.get("message", ""),
+            row.get("first_seen", ""), int(row["count"]), json.dumps(list(row["size"])), json.dumps(record))
 
 
 def smallest_per_bucket(records) -> dict:
-    """bucket -> its smallest failing record among `records`."""
+    """bucket -> its smallest failing record among `records` (results.record.Record)."""
     best: dict = {}
     for record in records:
-        bucket = record.get("bucket")
-        if bucket and record.get("status") == "fail" and isinstance(record.get("case"), dict):
-            if bucket not in best or case_size(record["case"]) < case_size(best[bucket]["case"]):
+        bucket = record.bucket
+        if bucket and record.failed and isinstance(record.case, dict):
+            if bucket not in best or case_size(record.case) < case_size(best[bucket].case):
                 best[bucket] = record
     return best

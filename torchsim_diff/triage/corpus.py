@@ -24,6 +24,7 @@ import tempfile
 from torchsim_diff import files
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
+from torchsim_diff.results.record import EntryFields
 
 SEED, KNOWN = "seed", "known"
 # Entry fields besides the case; each is text when present.
@@ -44,10 +45,11 @@ class Entry:
     failure_kind: str | None = None
     note: str = ""
     raw: dict = dataclasses.field(default_factory=dict)
+    fields: EntryFields = dataclasses.field(default_factory=EntryFields)   # the entry's record fields
 
     @property
     def upstream(self) -> str:
-        return self.raw.get("upstream", "")
+        return self.fields.upstream
 
     @property
     def name(self) -> str:
@@ -68,12 +70,13 @@ def read_entry(path: str) -> Entry:
     for key in TEXT_FIELDS:
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise CorruptEntry(f"{path}: {key}={_short(raw[key])} must be text (a JSON string)")
+    fields = EntryFields.from_dict(raw)
     try:
-        case = validate_case(raw["case"])
+        case = validate_case(fields.case)
     except CaseError as exc:
         raise CorruptEntry(f"{path}: {exc}") from None
-    kind = KNOWN if raw.get("route") and raw.get("bucket") else SEED
-    return Entry(path, kind, case, raw.get("route"), raw.get("bucket"), raw.get("kind"), raw.get("note", ""), raw)
+    kind = KNOWN if fields.route and fields.bucket else SEED
+    return Entry(path, kind, case, fields.route, fields.bucket, fields.kind, fields.note, raw, fields)
 
 
 def _short(value, limit: int = 60) -> str:

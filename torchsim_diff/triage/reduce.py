@@ -30,6 +30,7 @@ from torchsim_diff.case import layout, validate, values
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.record import record_key, reduction_entry, reduction_of, refinement_key, refinement_line
 from torchsim_diff.ops import get_op
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
@@ -603,18 +604,18 @@ class Refinement:
     minimal_bucket: str | None = None   # the minimal case's bucket as checked, before refinement
 
     def fields(self) -> dict:
-        """Extra results.jsonl fields of a refined record."""
-        return {"signature": self.signature, "reduced_case": self.reduced, "first_op": self.first_op,
-                "trigger": self.trigger,
-                "reduce_s": round(self.seconds, 3), "reduce_runs": self.runs,
-                "reduced_artifacts": self.reduced_artifacts, "minimal_bucket": self.minimal_bucket}
+        """Extra results.jsonl fields of a refined record (results.record.Record field -> value)."""
+        return dict(signature=self.signature, reduced_case=self.reduced, first_op=self.first_op,
+                    trigger=self.trigger, reduce_s=round(self.seconds, 3), reduce_runs=self.runs,
+                    reduced_artifacts=self.reduced_artifacts, minimal_bucket=self.minimal_bucket)
 
 
-class Refiner:
+class ReduceThenBucket:
     """Reduces each new failure, then buckets it from its minimal case.
 
-        >>> refiner = Refiner(checker, budget_s=60)
+        >>> refiner = ReduceThenBucket(checker, budget_s=60)
         >>> refiner.refine(verdict)      # sets verdict.refined; returns the record's extra fields
+        >>> record.with_fields(**refiner.refine(verdict))
 
     The minimal case gives the first divergent op (every intermediate as an output, compared
     against float64) and the trigger (the layout and dtype features whose ablation makes the
@@ -628,7 +629,8 @@ class Refiner:
         self.by_raw: dict = {}
 
     def refine(self, verdict) -> dict:
-        if not verdict.failed or not verdict.kind.is_bug:
+        """The record fields (results.record.Record field -> value) of a new failure's reduction."""
+        if not verdict.failed or not verdict.kind.reducible:
             return {}
         raw = verdict.signature
         key = f"{verdict.route}|{verdict.case.case_id}"
@@ -640,11 +642,11 @@ class Refiner:
                 # Run again, the case no longer fails (a flaky failure, or one whose worker was
                 # killed from outside): kept as found, in its raw bucket, and the run goes on.
                 # Not cached: a later failure in the bucket may reproduce and be reduced.
-                return {"reduce_error": str(exc)}
+                return dict(reduce_error=str(exc))
             self.by_case[key] = self.by_raw[raw] = found
             _save_cache(self.cache_path, self.by_case)
-        verdict.refined = found["signature"]
-        return {**found["fields"], "raw_bucket": classify_bucket(raw)}
+        verdict.refined, fields = reduction_of(found)
+        return dict(fields, raw_bucket=classify_bucket(raw))
 
     def _reduce_and_classify(self, verdict) -> dict:
         started = time.perf_counter()
@@ -653,12 +655,12 @@ class Refiner:
         minimal = self.checker.check(result.reduced, verdict.route)
         signature = minimal.signature
         first_op, trigger = None, []
-        if minimal.failed and minimal.kind in signatures.VALUE_KINDS:
+        if minimal.failed and minimal.kind.value_failure:
             first_op = self._first_divergent_op(minimal)
             trigger = self._trigger(minimal)
             kind = minimal.kind
             if not minimal.case.nodes:   # no op left: a NaN is only what was read, like any wrong value
-                kind = signatures.REDUCTION_KIND.get(kind, kind)
+                kind = kind.reduces_as
             signature = signatures.refined_signature(verdict.route, kind, first_op, trigger)
         elif minimal.failed and minimal.kind != Kind.TIMEOUT:
             # An error that vanishes with a layout feature (an index read through the wrong
@@ -671,7 +673,7 @@ class Refiner:
                                 time.perf_counter() - started, result.runs + 1,
                                 minimal.artifact_dir if minimal.artifacts else None,
                                 minimal.bucket if minimal.failed else None)
-        return {"signature": refinement.signature, "fields": refinement.fields()}
+        return reduction_entry(refinement.signature, refinement.fields())
 
     def _first_divergent_op(self, minimal) -> str | None:
         """The op whose value diverges first; the failing output's own op when the run with
@@ -795,13 +797,12 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
     worker its own, in parallel, on its warm workers); one JSON line per verdict into
     `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements."""
     import json
-    refiner = Refiner(checker, budget_s=budget_s)
+    refiner = ReduceThenBucket(checker, budget_s=budget_s)
     lines = []
     for verdict in verdicts:
         fields = refiner.refine(verdict)
         if fields:
-            lines.append(json.dumps({"case_id": verdict.case.case_id, "route": verdict.route,
-                                     "bucket": verdict.bucket, **fields}))
+            lines.append(json.dumps(refinement_line(verdict.case.case_id, verdict.route, verdict.bucket, fields)))
     if lines:
         with open(out_path, "w", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")
@@ -809,8 +810,8 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
 
 
 def apply_refinements(records: list, folder: str) -> list:
-    """`records` with the refined bucket (and reduced case, first op, trigger) of every
-    failure the session's processes reduced (files written by refine_verdicts)."""
+    """`records` (results.record.Record) with the refined bucket (and reduced case, first op,
+    trigger) of every failure the session's processes reduced (files written by refine_verdicts)."""
     import json
     refined = {}
     for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
@@ -819,9 +820,9 @@ def apply_refinements(records: list, folder: str) -> list:
                 for line in handle:
                     if line.strip():
                         item = json.loads(line)
-                        refined[(item["case_id"], item["route"])] = item
-    for record in records:
-        found = refined.get((record.get("case_id"), record.get("route")))
-        if found and record.get("status") == "fail":
-            record.update({k: v for k, v in found.items() if k not in ("case_id", "route")})
-    return records
+                        refined[refinement_key(item)] = item
+    out = []
+    for one in records:
+        found = refined.get(record_key(one))
+        out.append(one.refined_by(found) if found and one.failed else one)
+    return out

@@ -14,8 +14,6 @@ import re
 
 from torchsim_diff.results.kinds import Kind
 
-VALUE_KINDS = {Kind.WRONG_VALUES, Kind.NONFINITE_MISMATCH, Kind.GUARD_VIOLATION,
-               Kind.SHAPE_MISMATCH, Kind.DTYPE_MISMATCH, Kind.NONDETERMINISTIC}
 _PATTERNS = [
     # torch words an out-of-range index differently per op (embedding: "index out of range in
     # self", gather/scatter: "index -5 is out of bounds for dimension 1 with size 9", index_copy_,
@@ -74,7 +72,7 @@ def unwrap_nested(line: str) -> str:
 
 def signature(route: str, kind: Kind | str, message: str, op: str | None = None, where: str | None = None) -> str:
     kind = Kind(kind)
-    if kind in VALUE_KINDS:
+    if kind.value_failure:
         place = "output" if where and where.startswith("output") else "input"
         return f"{route}|{kind.value}|{op or '?'}|{place}"
     return f"{route}|{kind.value}|{normalise(message)}"
@@ -98,8 +96,8 @@ def finding_type(kind: Kind | str, bucket: str) -> type:
 # and place (reduction_key), so one root cause seen through many output ops reduces to one
 # minimal case, and the trigger keeps two bugs on one op apart.
 # A wrong value and a NaN where the truth is finite are one symptom for the reducer: an op
-# such as log or sqrt only turns a wrong input into a NaN, and keeping the kind would keep it.
-REDUCTION_KIND = {Kind.NONFINITE_MISMATCH: Kind.WRONG_VALUES}
+# such as log or sqrt only turns a wrong input into a NaN, and keeping the kind would keep it
+# (Kind.reduces_as).
 
 
 def reduction_key(verdict) -> str | None:
@@ -107,9 +105,9 @@ def reduction_key(verdict) -> str | None:
     if not verdict.failed:
         return None
     kind = Kind(verdict.kind)
-    if kind in VALUE_KINDS:
+    if kind.value_failure:
         place = "output" if (verdict.where or "").startswith("output") else "input"
-        return f"{verdict.route}|{REDUCTION_KIND.get(kind, kind).value}|{place}"
+        return f"{verdict.route}|{kind.reduces_as.value}|{place}"
     return verdict.signature
 
 
@@ -175,22 +173,23 @@ def rank_buckets(signatures: dict) -> list:
     return ranked
 
 
-def record_signature(record: dict) -> str:
-    """A results record's signature parts for rank_buckets: route, kind, first divergent op
-    (else the failing op) and trigger for value failures, the normalised message otherwise."""
-    if record.get("kind") in {k.value for k in VALUE_KINDS}:
-        op = op_key(record.get("first_op") or record.get("op"))
-        return f"{record['route']}|{record['kind']}|{op}|{'+'.join(record.get('trigger') or []) or 'any'}"
-    return f"{record['route']}|{record.get('kind')}|{normalise(record.get('message') or '')}"
+def record_signature(record) -> str:
+    """A results record's (results.record.Record) signature parts for rank_buckets: route, kind,
+    first divergent op (else the failing op) and trigger for value failures, the normalised
+    message otherwise."""
+    if record.kind in Kind.values_where("value_failure"):
+        op = op_key(record.first_op or record.op)
+        return f"{record.route}|{record.kind}|{op}|{'+'.join(record.trigger or []) or 'any'}"
+    return f"{record.route}|{record.kind}|{normalise(record.message or '')}"
 
 
 def ranked_buckets(records) -> list:
     """The buckets of `records` (failing ones with a bucket) ordered distinct-first."""
     signatures: dict = {}
     for r in records:
-        if r.get("bucket"):
-            text, count = signatures.get(r["bucket"], (record_signature(r), 0))
-            signatures[r["bucket"]] = (text, count + 1)
+        if r.bucket:
+            text, count = signatures.get(r.bucket, (record_signature(r), 0))
+            signatures[r.bucket] = (text, count + 1)
     return rank_buckets(signatures) if signatures else []
 
 

@@ -235,7 +235,7 @@ class RouteWorker:
         `tool_error` with no bucket (Checker._verdict): the death was not the case's doing.
         Only two kills of one case in a row, on two workers, pass for the case's own."""
         outcome = self._outcome_of(pending)
-        if self.stopping and outcome.kind in (Kind.CRASH.value, Kind.TIMEOUT.value):
+        if self.stopping and outcome.kind in Kind.values_where("lost_worker"):
             return _stopped()                  # killed by stop(): nothing the route did
         if not pending.counted:
             return outcome
@@ -265,7 +265,7 @@ class RouteWorker:
         again = self._outcome_of(self.submit(**request))
         if self.stopping:
             return _stopped()
-        if again.ok or again.kind == Kind.UNSUPPORTED.value:
+        if again.ok or not Kind(again.kind).fails_run:
             again.metrics.update(killed_by=name, killed_at=killed.stage)
         return again
 
