@@ -50,6 +50,7 @@ def _wait_for_records(path, n: int, proc, limit_s: float = 300) -> None:
 
 
 # -- results.jsonl ----------------------------------------------------------------------
+@pytest.mark.e2e
 def test_sigkill_mid_campaign_then_a_rerun_into_the_same_folder_keeps_every_record(tmp_path):
     out = tmp_path / "run"
     proc = _cli("fuzz", "--routes", "eager", "--max-examples", "500", "--out", str(out), "--buckets", "none",
@@ -154,6 +155,7 @@ def test_two_processes_sharing_a_history_lose_no_update(tmp_path):
     assert set(buckets) == {"shared", "only-a", "only-b"} and buckets["shared"]["count"] == 300
 
 
+@pytest.mark.e2e
 def test_two_concurrent_campaigns_on_one_history_keep_both_buckets(tmp_path, double_routes):
     history = str(tmp_path / "buckets.sqlite")
     env = dict(os.environ)
@@ -235,6 +237,7 @@ def test_a_worker_killed_again_when_its_case_runs_on_a_fresh_one_is_the_cases_cr
     assert start_counter.read_text().count("start") == 4
 
 
+@pytest.mark.e2e
 def test_a_route_crashing_at_every_start_is_abandoned_and_the_run_is_not_clean(tmp_path, start_counter, monkeypatch,
                                                                                capsys):
     from torchsim_diff.cli import main
@@ -370,6 +373,7 @@ def test_a_worker_killed_during_start_up_costs_only_its_case_and_files_no_bucket
     assert _statuses(records) == [("pass", None, None)] * 3 + [("skipped", "tool_error", "start")]
 
 
+@pytest.mark.e2e
 def test_workers_killed_mid_case_three_times_cost_only_their_cases(tmp_path, fault_routes, monkeypatch):
     monkeypatch.setenv("DOUBLE_CASE_S", "0.3")
 
@@ -387,6 +391,7 @@ def test_workers_killed_mid_case_three_times_cost_only_their_cases(tmp_path, fau
     assert all("killed by SIGKILL from outside while it ran the case" in r.message for r in killed)
 
 
+@pytest.mark.e2e
 def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_were(tmp_path, fault_routes,
                                                                                   monkeypatch):
     from torchsim_diff.triage.reduce import ReduceThenBucket
@@ -434,6 +439,7 @@ def test_a_failure_that_does_not_fail_again_is_kept_as_found_and_the_run_goes_on
 
 
 # -- SIGINT and SIGTERM ------------------------------------------------------------------------
+@pytest.mark.e2e
 @pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_mid_campaign_leaves_whole_records_and_prints_the_summary(tmp_path, fault_routes, monkeypatch,
                                                                            signum, status):
@@ -472,6 +478,7 @@ def test_fuzz(torchsim_session, fuzz_route):
 '''
 
 
+@pytest.mark.e2e
 def test_sigterm_ends_a_pytest_fuzz_run_with_its_report_and_whole_records(tmp_path, fault_routes, monkeypatch):
     monkeypatch.setenv("DOUBLE_CASE_S", "2")
     (tmp_path / "test_suite.py").write_text(PYTEST_SUITE)

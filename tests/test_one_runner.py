@@ -12,7 +12,7 @@ from torchsim_diff.generate.strategies import cases
 from torchsim_diff.results.jsonl import find_results, read_records
 from torchsim_diff.triage.reduce import apply_refinements
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 pytest_plugins = ["pytester"]
 
 ROUTES = ["eager", "double-wrong-element"]

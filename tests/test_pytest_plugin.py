@@ -8,7 +8,7 @@ from tests.conftest import REPO
 from torchsim_diff.results.record import Record
 
 pytest_plugins = ["pytester"]
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 SUITE = '''
 from hypothesis import given, seed

@@ -63,6 +63,7 @@ def test_shards_are_fixed_by_seed_and_count():
     assert len({shard_seed(5, i) for i in range(SHARDS)}) == SHARDS
 
 
+@pytest.mark.e2e
 def test_two_nodes_give_the_single_process_verdicts(cluster, options, single_process, tmp_path):
     result = run_ray_campaign(dataclasses.replace(options, out_dir=str(tmp_path)), cluster[0].address, SHARDS)
     assert result.cases == CASES and not result.notes
@@ -70,6 +71,7 @@ def test_two_nodes_give_the_single_process_verdicts(cluster, options, single_pro
     assert len({r.node for r in result.records}) == 2
 
 
+@pytest.mark.e2e
 def test_a_node_killed_mid_run_loses_nothing(cluster, options, single_process, tmp_path, monkeypatch):
     head, second = cluster
     accept = Driver.accept
@@ -91,6 +93,7 @@ def test_a_node_killed_mid_run_loses_nothing(cluster, options, single_process, t
     assert _verdicts(result.records) == _verdicts(single_process.records)
 
 
+@pytest.mark.e2e
 def test_budget_stops_the_cluster_and_says_so(cluster, options, tmp_path):
     short = dataclasses.replace(options, out_dir=str(tmp_path), budget_s=3.0)
     result = run_ray_campaign(short, cluster[0].address, SHARDS)
@@ -98,6 +101,7 @@ def test_budget_stops_the_cluster_and_says_so(cluster, options, tmp_path):
     assert any("--budget" in note for note in result.notes)
 
 
+@pytest.mark.e2e
 def test_an_actor_that_is_never_placed_does_not_stall_the_campaign(cluster, options, tmp_path, monkeypatch):
     # Right after a node dies the cluster's CPU count may still include it, so actors are asked
     # for that can never be placed: the campaign runs on those that start.
