@@ -8,6 +8,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
 from torchsim_diff.case import layout
+from torchsim_diff.case.program_check import load_program
 from torchsim_diff.generate.strategies import cases
 from torchsim_diff.judge.carried_rounding import _Run
 from torchsim_diff.judge.rounding_rules import (ARG_EXTREMES, COMPARISONS, EXACT, FUNCTIONS_BY_RULE, JUMPS,
@@ -43,12 +44,11 @@ def test_an_op_without_a_rule_or_with_an_unknown_one_is_refused():
 def _calls(case) -> list:
     """Names (op_name's) of the tensor-returning torch functions the case's program calls, as
     the judge records them on its float64 run."""
-    namespace = {}
-    exec(case.program_source(), namespace)
+    program = load_program(case.program_source())
     floating = layout.dtype_of(case.dtype).is_floating_point
     inputs = layout.materialize_all(case.to_dict(), torch.float64 if floating else None)
     with _Run() as run:
-        namespace["program"](*inputs)
+        program(*inputs)
     return [call.name for call in run.calls]
 
 
