@@ -1,19 +1,37 @@
 """Benchmark of the reducer: seconds from a failing case to its minimal case, and sizes.
 
-Double route: generated cases of 6-8 nodes (all fail on `double-wrong-element`, whose
-output 0 is off by one element). Real route: the known inductor argmax bug
-(corpora/known/inductor-argmax-permuted-input.json) padded with unrelated nodes and
-inputs. Prints one line per case and the medians of seconds, route runs and node counts.
+Three sets, each reduced the way a campaign reduces (one warm Checker, `--budget` seconds as
+ReduceThenBucket's base budget):
 
-    .venv/bin/python benchmarks/bench_reduce.py [--cases N] [--jobs J] [--skip-inductor] [--skip-doubles] [--show]
+- double: generated cases of 6-8 nodes, all failing on `double-wrong-element` (output 0 off by
+  one element);
+- known: every known bug of corpora/known on the chosen real routes (hangs left out), grown
+  into a bigger failing case: an unrelated input and side chain (tanh, mul, sum) and an `abs`
+  of each of its outputs as an extra output;
+- records: the failing records of campaigns run with --no-reduce (results.jsonl files).
+
+Prints one line per case, then per set and over all real failures: how many, the median and
+90th percentile of nodes after reduction, seconds per reduction (median, p90, mean), route
+runs, and the reduced cases whose values still hold noise (a float that is no multiple of 1/2
+or above 8 in magnitude) or special values (NaN, Inf, subnormal).
+
+    .venv/bin/python benchmarks/bench_reduce.py [--sets known,records,double] [--routes inductor,mlir,triton]
+        [--records RUN/results.jsonl ...] [--budget 60] [--limit N] [--only NAME] [--show]
+
+Failing records to reduce come from e.g. `torchsim-diff fuzz --routes mlir --no-reduce --special-values
+--known-bugs none --buckets none --budget 8m --out RUN`.
 """
 from __future__ import annotations
 
 import argparse
+import glob
+import math
 import os
 import statistics
 import sys
 import tempfile
+
+import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -23,11 +41,17 @@ from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 from tests.route_doubles import DOUBLES  # noqa: E402
 from torchsim_diff.triage import corpus, reduce  # noqa: E402
+from torchsim_diff.case import layout  # noqa: E402
 from torchsim_diff.case.graph import Case  # noqa: E402
+from torchsim_diff.results.jsonl import read_records  # noqa: E402
 from torchsim_diff.routes import EXTRA_ROUTES_ENV  # noqa: E402
+from torchsim_diff.run.checker import Checker  # noqa: E402
 from torchsim_diff.generate.strategies import cases  # noqa: E402
+from torchsim_diff.triage.signatures import reduction_key  # noqa: E402
 
-KNOWN_ARGMAX = os.path.join(REPO, "corpora", "known", "inductor-argmax-permuted-input.json")
+KNOWN = os.path.join(REPO, "corpora", "known")
+SKIPPED_KINDS = ("timeout",)          # each run of a hang costs the whole timeout
+NOISE_LIMIT = 8.0
 
 
 def generated_cases(count: int) -> list:
@@ -44,7 +68,7 @@ def generated_cases(count: int) -> list:
             found.append(case)
 
     collect()
-    return found
+    return [("double-wrong-element", f"generated{k}", case) for k, case in enumerate(found)]
 
 
 def _first_output_is_float(case: Case) -> bool:
@@ -54,62 +78,134 @@ def _first_output_is_float(case: Case) -> bool:
     return result.dtype.is_floating_point and result.numel() > 0
 
 
-def padded_argmax_case() -> Case:
-    """The known argmax bug with three unrelated nodes, an extra input and an extra output."""
-    data = corpus.read_entry(KNOWN_ARGMAX).case.to_dict()
-    data["inputs"].append({"name": "x1", "shape": [4, 6], "dtype": "float32", "domain": {"kind": "real"},
+def grown_case(case: Case) -> Case:
+    """`case` with an unrelated input and side chain, and the abs of each output as an extra output."""
+    data = case.to_dict()
+    metas = reduce.meta_results(case)
+    data["inputs"].append({"name": "pad", "shape": [4, 6], "dtype": "float32", "domain": {"kind": "real"},
                            "layout": {"classes": ["contiguous"], "strides": [6, 1], "offset": 0,
                                       "storage_size": 24}, "mutated": False})
-    data["nodes"] = [
-        {"id": "p0", "op": "tanh", "args": ["x1"], "attrs": {}},
-        data["nodes"][0],
-        {"id": "p1", "op": "mul", "args": ["p0", "x1"], "attrs": {}},
-        {"id": "p2", "op": "sum", "args": ["p1"], "attrs": {"dim": [1], "keepdim": False}},
-        {"id": "p3", "op": "abs", "args": ["v0"], "attrs": {}},
-        *data["nodes"][1:],
-    ]
-    data["outputs"] = ["p2", "p3", *data["outputs"]]
+    wraps = [{"id": f"w{k}", "op": "abs", "args": [out], "attrs": {}} for k, out in enumerate(case.outputs)
+             if metas[out].dtype != layout.dtype_of("bool") and metas[out].numel() > 0]
+    data["nodes"] = [{"id": "p0", "op": "tanh", "args": ["pad"], "attrs": {}}, *data["nodes"],
+                     {"id": "p1", "op": "mul", "args": ["p0", "pad"], "attrs": {}},
+                     {"id": "p2", "op": "sum", "args": ["p1"], "attrs": {"dim": [1], "keepdim": False}}, *wraps]
+    data["outputs"] = ["p2", *data["outputs"], *[w["id"] for w in wraps]]
     return Case.from_dict(data)
 
 
-def bench(label: str, route: str, subjects: list, jobs: int, show: bool) -> None:
-    rows = []
-    for case in subjects:
-        try:
-            result = reduce.reduce_case(case, route, out_dir=tempfile.mkdtemp(prefix="bench_reduce_"), jobs=jobs)
-        except reduce.ReduceError as exc:
-            print(f"  skipped: {exc}")
+def known_cases(routes) -> list:
+    subjects = []
+    for path in sorted(glob.glob(os.path.join(KNOWN, "*.json"))):
+        entry = corpus.read_entry(path)
+        if entry.route in routes and entry.fields.kind not in SKIPPED_KINDS:
+            subjects.append((entry.route, os.path.basename(path)[:-5], grown_case(entry.case)))
+    return subjects
+
+
+def record_cases(paths, routes) -> list:
+    subjects, seen = [], set()
+    for path in paths:
+        for record in read_records(path):
+            if record.failed and record.route in routes and record.case and record.case_id not in seen:
+                seen.add(record.case_id)
+                subjects.append((record.route, f"{record.kind}-{record.case_id[:8]}", Case.from_dict(record.case)))
+    return subjects
+
+
+def reduce_one(checker: Checker, route: str, case: Case, budget_s: float):
+    return reduce.reduce_case(case, route, out_dir=checker.out_dir, jobs=1, checkers=[checker],
+                              key=reduction_key, budget_s=budget_s)
+
+
+def value_counts(case: Case) -> tuple:
+    """(noise, special): float input elements that are no multiple of 1/2 or above NOISE_LIMIT,
+    and elements that are NaN, infinite or subnormal."""
+    noise = special = 0
+    for spec, view in zip(case.inputs, layout.materialize_all(case.to_dict())):
+        if not view.dtype.is_floating_point:
             continue
-        rows.append(result)
-        print(f"  {result.summary()}")
-        if show:
-            print(result.reduced.program_source())
-            print(result.reduced.to_json(indent=None))
+        for x in view.double().reshape(-1).tolist():
+            tiny = x != 0 and abs(x) < torch.finfo(view.dtype).smallest_normal
+            if not math.isfinite(x) or tiny:
+                special += 1
+            elif abs(x) > NOISE_LIMIT or x * 2 != round(x * 2):
+                noise += 1
+    return noise, special
+
+
+def bench(label: str, subjects: list, budget_s: float, show: bool) -> list:
+    """Reduce each subject on a warm Checker, as a campaign does: the failing case was just
+    checked (the worker is started and its compile cached) when the reduction starts. One
+    Checker per subject: a Checker gives a route up after a few crashes in a row."""
+    rows = []
+    for route, name, case in subjects:
+        with Checker(out_dir=tempfile.mkdtemp(prefix="bench_reduce_")) as checker:
+            if not checker.check(case, route).failed:
+                print(f"  {route:9} {name:48} skipped: passes", flush=True)
+                continue
+            try:
+                result = reduce_one(checker, route, case, budget_s)
+            except reduce.ReduceError as exc:      # a flaky failure
+                print(f"  {route:9} {name:48} skipped: {str(exc)[:80]}", flush=True)
+                continue
+            noise, special = value_counts(result.reduced)
+            rows.append((result, noise, special))
+            print(f"  {route:9} {name:48} nodes {result.size_before[0]:2} -> {result.size_after[0]:2}  "
+                  f"{result.seconds:6.1f} s {result.runs:4} runs  noise {noise:3}  special {special:3}  "
+                  f"flag {result.reduced.values.get('special')}", flush=True)
+            if show:
+                print(result.reduced.to_json(indent=None))
+    summarise(label, rows)
+    return rows
+
+
+def percentile(values, share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(share * len(ordered)) - 1)]
+
+
+def summarise(label: str, rows: list) -> None:
     if not rows:
         print(f"{label}: no case reduced")
         return
-    print(f"{label}: {len(rows)} cases, median {statistics.median(r.seconds for r in rows):.1f} s, "
-          f"median runs {statistics.median(r.runs for r in rows):.0f}, "
-          f"median nodes {statistics.median(r.size_before[0] for r in rows):.0f} -> "
-          f"{statistics.median(r.size_after[0] for r in rows):.0f}, "
-          f"median input elements {statistics.median(r.size_before[2] for r in rows):.0f} -> "
-          f"{statistics.median(r.size_after[2] for r in rows):.0f}")
+    nodes = [r.size_after[0] for r, _, _ in rows]
+    seconds = [r.seconds for r, _, _ in rows]
+    print(f"{label}: {len(rows)} reductions; nodes {statistics.median(r.size_before[0] for r, _, _ in rows):.0f} -> "
+          f"median {statistics.median(nodes):.1f}, p90 {percentile(nodes, 0.9)}, max {max(nodes)}; "
+          f"seconds median {statistics.median(seconds):.1f}, p90 {percentile(seconds, 0.9):.1f}, "
+          f"mean {statistics.mean(seconds):.1f}; median runs {statistics.median(r.runs for r, _, _ in rows):.0f}; "
+          f"cases with noise values {sum(1 for _, n, _ in rows if n)}, with special values "
+          f"{sum(1 for _, _, s in rows if s)}", flush=True)
+
+
+def chosen(subjects: list, args) -> list:
+    return [s for s in subjects if args.only in s[1]][: args.limit]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sets", default="known,records", help="comma-separated: known, records, double")
+    parser.add_argument("--routes", default="inductor,mlir,triton", help="real routes for known and records")
+    parser.add_argument("--records", nargs="*", default=[], help="results.jsonl files of --no-reduce campaigns")
     parser.add_argument("--cases", type=int, default=5, help="generated cases on the double route")
-    parser.add_argument("--jobs", type=int, default=None, help="parallel checkers (default: one per core)")
-    parser.add_argument("--skip-inductor", action="store_true")
-    parser.add_argument("--skip-doubles", action="store_true")
+    parser.add_argument("--budget", type=float, default=reduce.DEFAULT_BUDGET_S, help="base budget per reduction")
+    parser.add_argument("--limit", type=int, default=None, help="at most this many cases per set")
+    parser.add_argument("--only", default="", help="only cases whose name holds this text")
     parser.add_argument("--show", action="store_true", help="print each reduced case")
     args = parser.parse_args()
     os.environ[EXTRA_ROUTES_ENV] = ",".join(f"{k}={v}" for k, v in DOUBLES.items())
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")]))
-    if not args.skip_doubles:
-        bench("double-wrong-element", "double-wrong-element", generated_cases(args.cases), args.jobs, args.show)
-    if not args.skip_inductor:
-        bench("inductor (known argmax bug, padded)", "inductor", [padded_argmax_case()], args.jobs, args.show)
+    sets, routes = args.sets.split(","), args.routes.split(",")
+    real = []
+    if "known" in sets:
+        real += bench("known (grown)", chosen(known_cases(routes), args), args.budget, args.show)
+    if "records" in sets:
+        real += bench("campaign records", chosen(record_cases(args.records, routes), args), args.budget, args.show)
+    if "double" in sets:
+        bench("double-wrong-element", chosen(generated_cases(args.cases), args), args.budget, args.show)
+    if real:
+        summarise("all real failures", real)
 
 
 if __name__ == "__main__":

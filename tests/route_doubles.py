@@ -4,6 +4,7 @@ Registered through the TORCHSIM_DIFF_ROUTES environment variable (see `double_ro
 in tests/conftest.py), so they run in real worker subprocesses like any route.
 """
 import ctypes
+import json
 import time
 
 from torchsim_diff.case.layout import storage_of
@@ -257,5 +258,36 @@ class ScratchRoute(Route):
         shutil.rmtree(self.scratch)
 
 
-for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute, TrapReportingRoute, ScratchRoute):
+class WrongWhenWarmRoute(WrongElementRoute):
+    """Wrong (as double-wrong-element) only once its worker has compiled an earlier case: a
+    bug in state that cases leave behind, which a fresh process running the case alone (a
+    bundle's repro.py) does not see."""
+
+    name = "double-wrong-when-warm"
+    compiled = 0
+
+    def compile(self, program, example_inputs, ctx):
+        WrongWhenWarmRoute.compiled += 1
+        if WrongWhenWarmRoute.compiled == 1:
+            return _Eager(program)
+        return super().compile(program, example_inputs, ctx)
+
+
+class WrongOnFirstSightRoute(WrongElementRoute):
+    """Wrong the first time its worker meets a case, right on every run after: a flake."""
+
+    name = "double-wrong-on-first-sight"
+    cacheable = False
+    seen: set = set()
+
+    def compile(self, program, example_inputs, ctx):
+        key = json.dumps(ctx.case, sort_keys=True)
+        if key in WrongOnFirstSightRoute.seen:
+            return _Eager(program)
+        WrongOnFirstSightRoute.seen.add(key)
+        return super().compile(program, example_inputs, ctx)
+
+
+for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute, TrapReportingRoute, ScratchRoute,
+             WrongWhenWarmRoute, WrongOnFirstSightRoute):
     DOUBLES[_cls.name] = f"tests.route_doubles:{_cls.__name__}"

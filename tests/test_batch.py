@@ -5,13 +5,14 @@ from torchsim_diff.run.batch import check_batch, combine
 from torchsim_diff.campaign.fuzz import CampaignOptions
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.case.layout import materialize_all, storage_of
-from torchsim_diff.campaign.ray_cluster import draw_cases
+from torchsim_diff.campaign.fuzz import case_strategy
+from torchsim_diff.generate.draws import first_cases
 from tests.conftest import make_case
 
 
 @pytest.fixture(scope="module")
 def cases():
-    return draw_cases(CampaignOptions(routes=["eager"], out_dir=".", max_nodes=3), 3, 6)
+    return first_cases(case_strategy(CampaignOptions(routes=["eager"], out_dir=".", max_nodes=3)), seed_value=3, count=6)
 
 
 def _verdicts(verdicts):

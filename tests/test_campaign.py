@@ -48,19 +48,23 @@ def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
 
 
 def test_a_known_bug_is_recorded_as_known_neither_new_nor_a_finding(tmp_path, double_routes, capsys):
+    from torchsim_diff.triage.signatures import ANY_OP, bucket_of, refined_signature
     common = ["fuzz", "--routes", "double-wrong-element", "--max-examples", "3", "--ops", "relu", "--no-reduce"]
     assert main([*common, "--out", str(tmp_path / "a"), "--buckets", "none"]) == 1
     found = next(r for r in read_records(str(tmp_path / "a" / "results.jsonl")) if r.failed)
     known = tmp_path / "known"
     known.mkdir()
+    # a known entry is matched by the cause signature of a failure's own minimal case: this
+    # route gets every output wrong, so no op is part of the cause
+    cause = refined_signature(found.route, "wrong_values", ANY_OP, [])
     (known / "wrong-element.json").write_text(json.dumps(
-        {"route": found.route, "kind": found.kind, "bucket": found.bucket, "case": found.case}))
+        {"route": found.route, "kind": found.kind, "bucket": found.bucket, "cause": cause, "case": found.case}))
     capsys.readouterr()
     out, history = tmp_path / "b", str(tmp_path / "history.sqlite")
     assert main([*common, "--out", str(out), "--known-bugs", str(known), "--buckets", history]) == 0
     failing = [r for r in read_records(str(out / "results.jsonl")) if r.failed]
     assert failing and all(r.known for r in failing)
-    assert "known bug bucket(s) " + found.bucket in capsys.readouterr().out
+    assert "known bug bucket(s) " + bucket_of(cause) in capsys.readouterr().out
     assert not os.path.isdir(out / "bundles") or not os.listdir(out / "bundles")
 
 

@@ -65,3 +65,13 @@ def test_known_bug_still_reproduces(corpus_checker, entry):
     # A known hang says how long to wait for it (the default 120 s would be spent in full).
     verdict = corpus_checker.check(entry.case, entry.route, timeout_s=entry.raw.get("timeout_s"))
     verdict.raise_if_failed()
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.kind == KNOWN and e.cause], ids=lambda e: e.name)
+def test_a_known_entrys_cause_is_a_cause_signature_of_its_route_and_kind(entry):
+    """The cause is what a failure must have once reduced to be this bug: a cause signature
+    (route|kind|what|trigger) of the entry's own route, whose kind is the entry's (or the
+    wrong value a NaN reduces as)."""
+    route, kind, *_what, trigger = entry.cause.split("|")
+    assert route == entry.route and kind in (entry.failure_kind, "wrong_values"), entry.cause
+    assert trigger and trigger not in ("output", "input"), entry.cause

@@ -88,3 +88,19 @@ def test_a_checked_program_runs_and_a_node_expression_evaluates():
     assert eval_expression("x0[:, 1:2]", {"torch": torch, "x0": x}).tolist() == [[2.0], [-4.0]]
     with pytest.raises(ProgramRejected):
         eval_expression("x0.__class__", {"torch": torch, "x0": x})
+
+
+def test_each_load_compiles_afresh_never_reusing_an_earlier_cases_graph():
+    """Dynamo caches graphs on the code object: two loads of one text sharing it made a fresh
+    torch.compile reuse the graph compiled for an earlier case (its guards skip storage
+    offsets), so a case run after others was not the case run alone."""
+    import torch
+    from torch._dynamo.testing import CompileCounter
+    source = "import torch\n\ndef program(x0):\n    v0 = torch.neg(x0)\n    return (v0,)\n"
+    storage = torch.arange(8.0)
+    counter, compiles = CompileCounter(), []
+    for offset in (0, 4):                 # as two cases of one graph, on a warm worker
+        compiled = torch.compile(load_program(source), backend=counter, fullgraph=True, dynamic=False)
+        compiled(storage.as_strided((4,), (1,), offset))
+        compiles.append(counter.frame_count)
+    assert compiles == [1, 2], "the second load reused the first load's compiled graph"

@@ -51,11 +51,22 @@ def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(su
                                  # one planted bug met through two ops: reduced, then bucketed, it is one bucket
                                  "*WrongValues_*", "*torchsim-diff*", "NEW buckets (1):",
                                  "*[[]double-wrong-element[]] wrong_values in `*`*",
-                                 "*reduced to 1 node*bundle: *bundles*", "Summary*", "*double-wrong-element*",
+                                 "*reduced to 0 nodes*bundle: *bundles*", "Summary*", "*double-wrong-element*",
                                  "Error tolerance*", "route double-unavailable was not fuzzed:*DOUBLE_HOME*",
                                  f"HTML report: {report / 'report.html'}"])
     assert {r.route for r in _records(report)} == {"eager", "double-wrong-element"}
     assert "NEW buckets" in (report / "report.html").read_text()
+
+
+def test_a_bucket_whose_bundle_does_not_reproduce_is_listed_apart_never_new(suite):
+    """The route is wrong only in a worker that ran earlier cases."""
+    report = suite.path / "run"
+    result = suite.runpytest_subprocess("--routes", "double-wrong-when-warm", "--hypothesis-profile=ci",
+                                        "--report-dir", str(report), "-p", "no:cacheprovider")
+    # the summary's checker is a fresh one: its replays already pass, before repro.py would
+    result.stdout.fnmatch_lines(["NEW buckets: none", "Unconfirmed buckets (1)*",
+                                 "*flaky: the case failed once, then 2 of 2 replays*did not fail*"])
+    assert any(r.failed for r in _records(report))
 
 
 def test_a_budget_ends_items_as_passed_and_progress_lines_are_printed(suite):
@@ -69,15 +80,17 @@ def test_a_budget_ends_items_as_passed_and_progress_lines_are_printed(suite):
 
 
 def test_known_bucket_is_recorded_not_raised(suite, tmp_path):
-    from torchsim_diff.triage.signatures import bucket_of, signature
+    from torchsim_diff.triage.signatures import ANY_OP, bucket_of, refined_signature, signature
     known = tmp_path / "known"
     known.mkdir()
     bucket = bucket_of(signature("double-wrong-element", "wrong_values", "", "relu", "output 0"))
     bucket_add = bucket_of(signature("double-wrong-element", "wrong_values", "", "add", "output 0"))
+    # matched by the cause of each failure's own minimal case: every output is wrong, whatever the op
+    cause = refined_signature("double-wrong-element", "wrong_values", ANY_OP, [])
     for b in (bucket, bucket_add):
         case = json.load(open(os.path.join(REPO, "corpora", "seed", "seed-00-float32.json")))["case"]
         (known / f"{b}.json").write_text(json.dumps({"route": "double-wrong-element", "kind": "wrong_values",
-                                                     "bucket": b, "case": case}))
+                                                     "bucket": b, "cause": cause, "case": case}))
     result = suite.runpytest_subprocess("--routes", "double-wrong-element", "--hypothesis-profile=ci",
                                         "--known-bugs", str(known), "--report-dir", str(suite.path / "run"),
                                         "-p", "no:cacheprovider")

@@ -6,8 +6,10 @@ import torch
 
 from tests.conftest import make_case
 from torchsim_diff.case import layout
-from torchsim_diff.triage import reduce
+from torchsim_diff.case.program_check import load_program
+from torchsim_diff.triage import reduce, signatures
 from torchsim_diff.run.checker import Checker
+from torchsim_diff.routes.base import Compiled, Route
 
 
 def _padded_case(with_exp: bool = False):
@@ -35,10 +37,8 @@ def _buckets(route, *cases):
 
 
 def _runs_in_eager(case) -> bool:
-    namespace = {}
-    exec(case.program_source(), namespace)
     try:
-        namespace["program"](*layout.materialize_all(case.to_dict()))
+        load_program(case.program_source())(*layout.materialize_all(case.to_dict()))
     except RuntimeError:
         return False
     return True
@@ -135,6 +135,15 @@ def test_layout_simplification_keeps_explicit_values():
     assert torch.equal(reduce._materialize(contiguous, 0), reduce._materialize(with_data, 0))
 
 
+def test_layout_simplification_of_a_pinned_aliasing_input_keeps_its_values():
+    case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
+                     inputs=[("x0", [3, 4], [0, 1], 2, 8, {"classes": ["broadcast", "offset"]})], outputs=["v0"], seed=5)
+    pinned = reduce._pinned(case)
+    candidates = [c for c in reduce._simplify_layouts(pinned) if c is not None]   # a stride-0 copy_ used to raise
+    assert [c.inputs[0]["layout"]["strides"] for c in candidates] == [[4, 1], [0, 1], [0, 1]]
+    assert all(torch.equal(reduce._materialize(c, 0), reduce._materialize(case, 0)) for c in candidates)
+
+
 def test_eager_runner_used_by_these_tests_detects_invalid_cases():
     case = _padded_case()
     data = case.to_dict()
@@ -146,7 +155,7 @@ def test_eager_runner_used_by_these_tests_detects_invalid_cases():
 def test_dimension_shrinking_filters_out_candidates_eager_rejects():
     case = _padded_case()
     raw = list(reduce._shrink_dims(case))
-    kept = list(reduce._valid_candidates(iter(raw), case))
+    kept = [c for _, c in reduce._valid_candidates(iter(raw), case)]
     assert any(not _runs_in_eager(c) for c in raw)       # x1 alone shrunk no longer broadcasts
     assert kept and all(_runs_in_eager(c) for c in kept)
     assert all(c.size()[2] < case.size()[2] for c in kept)
@@ -162,13 +171,133 @@ def test_dropping_a_whole_input_write_rewires_its_readers_to_the_input():
     assert dropped[0].nodes[0]["args"] == ["x0"] and len(dropped[0].inputs) == 1
 
 
-def test_value_simplification_leaves_aliasing_inputs_alone():
-    from tests.conftest import make_case
-    from torchsim_diff.triage import reduce
+def test_value_simplification_of_an_aliasing_input_writes_its_storage_elements():
     case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [3, 4], [0, 1], 0, 4, {"classes": ["broadcast"]})], outputs=["v0"], seed=5)
-    candidates = list(reduce._simplify_values(case))      # used to raise on the stride-0 view
-    assert all("data" not in c.inputs[0] for c in candidates)
+    candidates = [c for c in reduce._simplify_values(case) if c is not None]   # used to raise on the stride-0 view
+    assert candidates and all(c.inputs[0]["layout"] == case.inputs[0]["layout"] for c in candidates)
+    constant = reduce._materialize(next(c for c in candidates if "data" in c.inputs[0]), 0)
+    assert constant.stride() == (0, 1) and torch.equal(constant, torch.zeros(3, 4))
+
+
+# -- time budget, values, and the figures of a reduced case -------------------------------------
+class _Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_time_budget_grows_with_the_case_and_with_progress_under_a_ceiling():
+    clock = _Clock()
+    one_node = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    assert reduce.TimeBudget.for_case(one_node, 60, clock).deadline == 60
+    budget = reduce.TimeBudget.for_case(_padded_case(), 60, clock)         # 7 nodes, 3 inputs
+    assert budget.deadline == 60 * 10 / reduce.SIZE_PER_BASE
+    clock.now = budget.deadline - 1
+    budget.progress()                                                      # a step near the end earns more
+    assert budget.deadline == clock.now + 60 * reduce.PROGRESS_GRANT
+    for _ in range(100):
+        clock.now = budget.deadline - 1
+        budget.progress()
+    assert budget.deadline == 60 * reduce.CEILING_FACTOR and not budget.late
+    clock.now += 2
+    assert budget.late
+    assert not reduce.TimeBudget.for_case(_padded_case(), None, clock).late
+
+
+def _noisy_log_div_case():
+    """log(x0) / x1 with noise in both inputs: x0 must stay positive, x1 nonzero."""
+    nodes = [{"id": "v0", "op": "log", "args": ["x0"], "attrs": {}},
+             {"id": "v1", "op": "div", "args": ["v0", "x1"], "attrs": {}}]
+    case = make_case(nodes, [("x0", [4], [1], 0, 4, {"domain": {"kind": "positive"}}),
+                             ("x1", [4], [1], 0, 4, {"domain": {"kind": "nonzero"}})], ["v1"], seed=3)
+    noisy = torch.tensor([3.8147e-06, 71.2, 0.3, 1.7])
+    return reduce._with_values(reduce._with_values(case, 0, noisy), 1, -noisy)
+
+
+def test_simpler_values_stay_in_the_domains_their_readers_need():
+    candidates = [c for c in reduce._simplify_values(_noisy_log_div_case()) if c is not None]
+    assert len(candidates) > 20
+    x0s = [reduce._materialize(c, 0) for c in candidates]
+    assert all((x > 0).all() for x in x0s)
+    assert all((reduce._materialize(c, 1) != 0).all() for c in candidates)
+    offered = {tuple(x.tolist()) for x in x0s}
+    assert {(1.0, 1.0, 1.0, 1.0), (1.0, 4.0, 1.0, 2.0), (1.0, 71.0, 1.0, 2.0)} <= offered
+
+
+def _bits(view: torch.Tensor) -> torch.Tensor:
+    return layout.storage_of(view).view(torch.int32)
+
+
+def test_pinned_values_keep_every_bit_and_the_special_flag_says_whether_they_hold_nan_or_inf():
+    data = make_case([{"id": "v0", "op": "add", "args": ["x0", "x1"], "attrs": {}}],
+                     [("x0", [8, 8], [8, 1], 0, 64, {}), ("x1", [8], [0], 0, 1, {"classes": ["broadcast"]})],
+                     ["v0"], seed=4).to_dict()
+    data["values"]["special"] = True
+    drawn = type(_padded_case()).from_dict(data)
+    views = layout.materialize_all(drawn.to_dict())
+    assert any(not torch.isfinite(v).all() for v in views)                 # this seed draws NaN or Inf
+    settled = reduce._settled(drawn)
+    assert all("data" in spec for spec in settled.inputs) and settled.values["special"] is True
+    for before, after in zip(views, layout.materialize_all(settled.to_dict())):
+        assert torch.equal(_bits(before), _bits(after))
+    finite = reduce._with_values(drawn, 0, torch.ones(8, 8))
+    storage, covered = reduce._storage_and_cover(finite, 1)             # x1's one storage element
+    finite = reduce._with_covered(finite, 1, storage, covered, torch.tensor([2.0]))
+    assert finite.values["special"] is True and reduce._settled(finite).values["special"] is False
+    with_nan = reduce._with_values(_noisy_log_div_case(), 1, torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    assert with_nan.values.get("special") is None and reduce._settled(with_nan).values["special"] is True
+
+
+class WrongOnNanRoute(Route):
+    """Output 0 comes back as sevens when some input holds a NaN; right otherwise."""
+
+    name = "double-wrong-on-nan"
+
+    def compile(self, program, example_inputs, ctx):
+        class _Run(Compiled):
+            def __call__(self, inputs, ctx):
+                outputs = list(program(*inputs))
+                if any(x.is_floating_point() and torch.isnan(x).any() for x in inputs):
+                    outputs[0] = torch.full_like(outputs[0], 7.0)
+                return tuple(outputs)
+        return _Run()
+
+
+@pytest.fixture
+def nan_route(double_routes, monkeypatch):
+    import os
+    from torchsim_diff.routes import EXTRA_ROUTES_ENV
+    extra = f"{WrongOnNanRoute.name}=tests.test_reduce:{WrongOnNanRoute.__name__}"
+    monkeypatch.setenv(EXTRA_ROUTES_ENV, ",".join([os.environ[EXTRA_ROUTES_ENV], extra]))
+    return WrongOnNanRoute.name
+
+
+def test_values_shrink_to_zeros_and_the_one_nan_the_failure_needs(nan_route, tmp_path):
+    case = make_case([{"id": "v0", "op": "add", "args": ["x0", "x1"], "attrs": {}},
+                      {"id": "v1", "op": "relu", "args": ["v0"], "attrs": {}}],
+                     [("x0", [2, 3], [3, 1], 0, 6, {}), ("x1", [2, 3], [3, 1], 0, 6, {})], ["v1"])
+    nan, inf = float("nan"), float("inf")
+    case = reduce._with_values(case, 0, torch.tensor([[3.8147e-06, nan, -71.2], [inf, 0.3, nan]]))
+    case = reduce._with_values(case, 1, torch.tensor([[1.25, -0.7, 5.5], [nan, 2.0, -3.1]]))
+    result = reduce.reduce_case(case, nan_route, out_dir=str(tmp_path), jobs=1)
+    floats = torch.cat([v.reshape(-1) for v in layout.materialize_all(result.reduced.to_dict())])
+    assert int(torch.isnan(floats).sum()) == 1, result.reduced.to_json()
+    assert torch.equal(floats[~torch.isnan(floats)], torch.zeros(floats.numel() - 1))
+    assert result.reduced.values["special"] is True
+    assert len(result.reduced.nodes) <= 1
+    assert _buckets(nan_route, result.reduced) == [result.bucket]
+
+
+def test_the_new_bucket_line_reads_the_minimal_case_the_record_holds():
+    from torchsim_diff.report.tables import new_bucket_rows
+    from torchsim_diff.results.record import Record
+    found, minimal = _padded_case(), _noisy_log_div_case()
+    record = Record(case_id=found.case_id, route="inductor", status="fail", kind="wrong_values", bucket="b1",
+                    case=found.to_dict(), reduced_case=minimal.to_dict())
+    assert new_bucket_rows([record], {"b1"})[0]["reduced"] == "2 nodes, 2 inputs, 8 elements"
 
 
 # -- reduce, then bucket -----------------------------------------------------------------------
@@ -210,8 +339,8 @@ def test_a_failure_that_reduces_to_a_known_bugs_case_is_that_known_bug(zoo_route
     with Checker(out_dir=str(tmp_path)) as checker:
         refiner = reduce.ReduceThenBucket(checker, budget_s=60)
         first, found = (checker.check(case, "zoo-layout-dropped") for case in (sin, sin_then_relu))
-        # a known entry holds the minimal case, bucketed as it is checked
-        known = {refiner.refine(first)["minimal_bucket"]}
+        # a known entry carries the cause signature of its minimal case
+        known = {signatures.bucket_of(refiner.refine(first)["signature"])}
         assert found.failed and found.bucket not in known       # filed under relu before reduction
         record = CaseRunner(checker, known=known, reducer=refiner).record(found)
         assert record.known and record.bucket in known

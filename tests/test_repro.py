@@ -352,3 +352,16 @@ def test_repro_literals_keep_every_float_bit_exact():
         back = float(text[len('float("'):-2]) if text.startswith("float(") else ast.literal_eval(text)
         assert struct.pack("<d", back) == struct.pack("<d", v), (v, text)
     assert math.isnan(float(_number(float("nan"))[len('float("'):-2]))
+
+
+def test_repro_compiles_with_the_settings_the_campaign_compiled_with():
+    from torchsim_diff.report.bundles import compile_setup
+    record = Record.from_dict({"case_id": "c", "route": "inductor", "status": "fail", "kind": "wrong_values",
+                               "bucket": "b", "ops": ["neg"], "case": None, "dynamic": True,
+                               "versions": {"torch": "x", "dynamic": "mixed", "emulate_precision_casts": False,
+                                            "mode": "max-autotune-no-cudagraphs", "freezing": False}})
+    text = compile_setup(record)
+    assert "dynamic=True, mode='max-autotune-no-cudagraphs')" in text
+    assert "emulate_precision_casts = False" in text and "force_disable_caches = True" in text
+    hostile = record.with_fields(dynamic=None, versions={"mode": "default'); import os; ('", "dynamic": True})
+    assert "import os" not in compile_setup(hostile) and "dynamic=True)" in compile_setup(hostile)

@@ -23,9 +23,13 @@ from torchsim_diff.campaign.budget import budget_seconds
 from torchsim_diff.results.jsonl import StorageError
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
-EXIT_STATUS_HELP = ("exit status: 0 clean, 1 findings, 2 usage or environment error (one line), 130 interrupted "
-                    "(Ctrl-C), 143 terminated (SIGTERM); an interrupted fuzz keeps its records and prints its summary")
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNTESTED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
+EXIT_STATUS_HELP = ("exit status: 0 clean, 1 confirmed findings (failures that are no known bug, in buckets whose "
+                    "self-check reproduced them), 2 usage or environment error (one line), 3 no confirmed finding "
+                    "but a route could not be tested (unavailable here, or abandoned after crashing "
+                    "again and again), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); an interrupted fuzz "
+                    "keeps its records and prints its summary")
+UNBOUNDED_EXAMPLES = 10**9       # --budget without --max-examples: cases until the budget is spent
 DEFAULT_HISTORY = os.path.join("reports", "buckets.sqlite")
 
 
@@ -99,40 +103,66 @@ def _route_or_usage(name: str):
 def cmd_fuzz(args) -> int:
     """Run a campaign; print a summary table; exit 1 when anything failed."""
     from torchsim_diff.campaign.fuzz import CampaignOptions
-    from torchsim_diff.report.tables import bucket_rows, render, summary_rows
+    from torchsim_diff.report.tables import bucket_rows, render, summary_rows, unconfirmed_lines
     from torchsim_diff.generate.strategies import InvalidArgument
     routes = args.routes
     _check_fuzz(args)
-    opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=args.max_examples,
+    opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=_max_examples(args),
                            seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
                            families=args.families, ops=args.ops,
                            special_values=args.special_values, timeout_s=args.timeout,
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
                            reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
-                           batch=args.batch, known_bugs=_known_bugs(args))
+                           batch=args.batch, known_bugs=_known_bugs(args), self_check=not args.no_self_check)
     try:
         result = _run_fuzz(opts, args)
     except InvalidArgument as exc:
         raise UsageError(str(exc)) from None
     print(render(summary_rows(result.records), "plain", "Summary"))
-    if result.findings:
+    if result.findings or result.unconfirmed:
         rows = bucket_rows(result.records, result.bundles)
         for row in rows:
-            row["new"] = "NEW" if row["bucket"] in result.new_buckets else ""
+            row["new"] = "NEW" if row["bucket"] in result.new_buckets else \
+                "unconfirmed" if row["bucket"] in result.unconfirmed else ""
         print()
         print(render(rows, "plain", "Buckets"))
         if opts.bucket_store:
             print(f"{len(result.new_buckets)} new bucket(s); history in {opts.bucket_store}")
+    for line in unconfirmed_lines(result.unconfirmed):
+        print(line)
     _print_known(result.known_findings, opts.known_bugs)
     _print_killed(result.records)
-    print(f"\n{result.cases} cases, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
+    print(f"\n{_counts(result)}, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (f" (interrupted by {signal.Signals(result.signal).name})" if result.interrupted else ""))
+    for route, reason in result.abandoned.items():
+        print(f"route {route} could not be tested to the end: {reason}")
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
         print(note)
+    return _fuzz_status(result)
+
+
+def _max_examples(args) -> int:
+    """--max-examples; unbounded under --budget alone (the budget ends the run), else 100."""
+    if args.max_examples is not None:
+        return args.max_examples
+    return UNBOUNDED_EXAMPLES if args.budget else 100
+
+
+def _counts(result) -> str:
+    """Cases drawn, how many of their route runs were skipped, and routes abandoned."""
+    from torchsim_diff.results.kinds import Status
+    skipped = sum(1 for r in result.records if r.status == Status.SKIPPED.value)
+    text = f"{result.cases} cases ({len(result.records) - skipped} route runs, {skipped} skipped"
+    return text + (f"; {len(result.abandoned)} route(s) abandoned)" if result.abandoned else ")")
+
+
+def _fuzz_status(result) -> int:
     if result.interrupted:
         return EXIT_TERMINATED if result.signal == signal.SIGTERM else EXIT_INTERRUPTED
-    return EXIT_FINDINGS if result.findings else EXIT_CLEAN
+    if result.findings:
+        return EXIT_FINDINGS
+    return EXIT_UNTESTED if result.abandoned or result.unavailable else EXIT_CLEAN
 
 
 def _print_killed(records) -> None:
@@ -511,7 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("fuzz", help="run a fuzz campaign")
     p.add_argument("--routes", type=opt.route_list, default="inductor",
                    help="comma-separated routes (default: inductor)")
-    p.add_argument("--max-examples", type=opt.positive_int, default=100, help="cases to generate (default: 100)")
+    p.add_argument("--max-examples", type=opt.positive_int, default=None,
+                   help="cases to generate (default: 100; with --budget alone, until the budget is spent)")
     p.add_argument("--budget", type=budget_seconds, default=None, metavar="DURATION",
                    help="stop drawing cases after this long, e.g. 600, 90s, 10m (default: none)")
     p.add_argument("--seed", type=int, default=0, help="Hypothesis seed: same seed, same cases (default: 0)")
@@ -534,12 +565,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bucket history shared by runs, to tell new findings (default: reports/buckets.sqlite; "
                         "'none' to keep none)")
     p.add_argument("--known-bugs", default=None, metavar="DIR",
-                   help="known-bug corpus entries: failures in their buckets are recorded as known, neither "
-                        "reduced nor new (default: corpora/known; 'none' for none)")
+                   help="known-bug corpus entries: a failure whose reduced case has an entry's cause signature "
+                        "is recorded as known, not new (default: corpora/known; 'none' for none)")
+    p.add_argument("--no-self-check", action="store_true",
+                   help="report new buckets without replaying them and running their repro.py first (faster; "
+                        "a NEW bucket may then be a flake)")
     p.add_argument("--no-reduce", action="store_true",
                    help="bucket failures as found instead of reducing each new one first")
     p.add_argument("--reduce-budget", type=opt.non_negative_seconds, default=60.0, metavar="SECONDS",
-                   help="time to reduce one new failure before bucketing it (default: 60)")
+                   help="base time to reduce one new failure before bucketing it: it grows with the case's "
+                        "size and while the reducer makes progress, up to 5x (default: 60)")
     p.add_argument("--batch", type=opt.positive_int, default=1, metavar="N",
                    help="compile N cases together as one program (pays on inductor, whose cost is the C++ build); "
                         "failing cases are rerun alone, so verdicts stay per case (default: 1)")

@@ -193,7 +193,8 @@ def environment() -> dict:
     """Environment variables that register the zoo's routes in this process and its workers."""
     from torchsim_diff.routes import EXTRA_ROUTES_ENV
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    routes = ",".join(f"{cls.name}={__name__}:{cls.__name__}" for cls in ZOO)
+    from benchmarks.bug_zoo.shared_ops import SHARED_OP_ZOO
+    routes = ",".join(f"{cls.name}={cls.__module__}:{cls.__name__}" for cls in ZOO + SHARED_OP_ZOO)
     extra = os.environ.get(EXTRA_ROUTES_ENV)
     return {EXTRA_ROUTES_ENV: ",".join(filter(None, [extra, routes])),
             "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}

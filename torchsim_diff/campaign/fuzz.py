@@ -7,9 +7,13 @@ each new failure is reduced, then bucketed (triage.reduce). With a budget it sto
 spent. Each case runs through the one case runner (run.runner), as in the pytest plugin and
 on Ray; one progress line per route follows the records (campaign.progress).
 
+At the end each new bucket is self-checked before it is called NEW (triage.self_check): its
+case replayed, its bundle's repro.py run in a fresh process; one that does not reproduce is
+listed as unconfirmed, with the reason.
+
 Faults are survived: a route worker killed from outside costs its case alone, recorded as
 `tool_error` (worker.client.RouteWorker.collect); a failure that does not fail again when
-reduced is kept as found. An interrupt (KeyboardInterrupt, which the command also raises
+reduced is kept as found, and an error in triaging a case stays on its record (run.runner). An interrupt (KeyboardInterrupt, which the command also raises
 for SIGTERM) kills the route workers at once, drops the case in flight and ends the run with
 everything written so far.
 """
@@ -57,6 +61,7 @@ class CampaignOptions:
     reduce_budget_s: float = 60.0
     batch: int = 1                     # cases compiled together as one program (torchsim_diff.run.batch)
     known_bugs: str | None = KNOWN_BUGS_DIR   # corpus entries of known bugs: recorded as known, not new
+    self_check: bool = True            # a new bucket is NEW only when its bundle reproduces it (triage.self_check)
 
 
 @dataclasses.dataclass
@@ -68,11 +73,17 @@ class CampaignResult:
     signal: int | None = None          # what interrupted it: SIGINT (Ctrl-C) or SIGTERM
     new_buckets: set = dataclasses.field(default_factory=set)
     bundles: dict = dataclasses.field(default_factory=dict)
+    unconfirmed: dict = dataclasses.field(default_factory=dict)   # bucket -> why its self-check failed
+    abandoned: dict = dataclasses.field(default_factory=dict)     # route -> why it was given up
 
     @property
     def findings(self) -> list:
-        """Failures other than known bugs."""
-        return [r for r in self.records if r.is_new_failure]
+        """Failures other than known bugs, in buckets that passed their self-check (or had none)."""
+        return [r for r in self.records if r.is_new_failure and r.bucket not in self.unconfirmed]
+
+    @property
+    def unconfirmed_findings(self) -> list:
+        return [r for r in self.records if r.is_new_failure and r.bucket in self.unconfirmed]
 
     @property
     def known_findings(self) -> list:
@@ -162,11 +173,30 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
         finally:
             one_ahead.abandon()     # after a drain nothing is in flight; else wait before the workers close
         progress.stop()
-    if store is not None:
-        store.save()
-        result.new_buckets = set(store.new)
-    result.bundles = write_new_bundles(result.findings, result.new_buckets if store else None, opts.out_dir)
+        report_new_buckets(result, store, opts, checker)
     return result
+
+
+def report_new_buckets(result: CampaignResult, store, opts: CampaignOptions, checker=None) -> None:
+    """Bundles of the run's new buckets (every bucket without a history), each self-checked
+    first (triage.self_check.settle_new_buckets): an unconfirmed bucket is listed apart, never
+    NEW, and taken back out of the history. Sets result.new_buckets, .bundles, .unconfirmed and
+    .abandoned. Without a checker (a Ray driver runs no case) one is started for the replays."""
+    result.abandoned = {r.route: r.message for r in result.records if r.abandoned_route}
+    if not opts.self_check:
+        result.new_buckets = set(store.new) if store is not None else set()
+        result.bundles = write_new_bundles(result.findings, result.new_buckets if store else None, opts.out_dir)
+        return
+    from torchsim_diff.triage.self_check import settle_new_buckets
+
+    def own_checker():
+        return Checker(out_dir=os.path.join(opts.out_dir, "self-check"), timeout_s=opts.timeout_s,
+                       route_options=opts.route_options)
+    settled = settle_new_buckets(result.findings, store, opts.out_dir, checker or own_checker,
+                                 interrupted=result.interrupted)
+    result.new_buckets, result.bundles, result.unconfirmed = settled.new, settled.bundles, settled.unconfirmed
+    if settled.interrupted is not None and not result.interrupted:
+        result.interrupt(settled.interrupted)
 
 
 def write_new_bundles(records, new_buckets, out_dir: str) -> dict:
@@ -195,8 +225,10 @@ def new_reducer(checker: Checker, opts: CampaignOptions, cache_folder: str):
 
 
 def _reductions_folder(opts: CampaignOptions) -> str:
-    """Beside the bucket history, which outlives the run; else in the run's folder."""
-    return os.path.dirname(opts.bucket_store) if opts.bucket_store else opts.out_dir
+    """The run's folder. Kept beside the bucket history, a cache keyed by case and route
+    gave a later campaign (another torch, a bug fixed or planted, other route options) the
+    minimal case and bucket of an earlier one."""
+    return opts.out_dir
 
 
 def _say_unavailable(runner: CaseRunner, routes, result: CampaignResult) -> None:

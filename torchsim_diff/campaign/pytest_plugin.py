@@ -195,6 +195,7 @@ class FuzzSession:
         self._clock: ItemClock | None = None
         self._item: str | None = None            # the fuzz item running in this process
         self._claims = None
+        self._interrupted = False
         self._progress = None
         self._sigterm = contextlib.ExitStack()  # SIGTERM as Ctrl-C for a fuzz run, until unconfigure
 
@@ -370,6 +371,7 @@ class FuzzSession:
         self._progress.start()
 
     def pytest_sessionfinish(self, session, exitstatus):
+        self._interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         if self._checker is not None:
             if exitstatus == pytest.ExitCode.INTERRUPTED:
                 self._checker.stop()              # the case in flight is not waited for, nor reduced
@@ -394,13 +396,12 @@ class FuzzSession:
         records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
         if not records:
             return
-        from torchsim_diff.campaign.fuzz import write_new_bundles
         from torchsim_diff.triage.reduce import apply_refinements
         records = [r.known_by_minimal_case(self.known) for r in apply_refinements(records, self.report_dir)]
         terminalreporter.section("torchsim-diff")
-        new = self._update_bucket_history(records)
-        bundles = write_new_bundles(records, new, self.report_dir)
-        for line in tables.end_report(records, new, bundles, self.report_dir, self.unavailable()):
+        settled = self._settle_new_buckets(records)
+        for line in tables.end_report(records, settled.new, settled.bundles, self.report_dir, self.unavailable(),
+                                      settled.unconfirmed):
             terminalreporter.write_line(line)
 
     def _reduce_then_bucket(self) -> None:
@@ -424,14 +425,21 @@ class FuzzSession:
         except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks only
             return set()
 
-    def _update_bucket_history(self, records) -> set:
+    def _settle_new_buckets(self, records):
+        """The bucket history updated with this run's failures (known bugs are not new), and
+        the new buckets self-checked (triage.self_check) by a checker of this process."""
         from torchsim_diff.triage.bucket_history import BucketStore
+        from torchsim_diff.triage.self_check import settle_new_buckets
         store = BucketStore(self._history_path())
-        for record in records:
-            if record.is_new_failure:     # a known bug is not new
-                store.add(record)
-        store.save()
-        return store.new
+        findings = [r for r in records if r.is_new_failure]
+        for record in findings:
+            store.add(record)
+
+        def checker():
+            from torchsim_diff.run.checker import Checker
+            return Checker(out_dir=os.path.join(self.report_dir, "self-check"), timeout_s=self.timeout_s,
+                           tag="self-check")
+        return settle_new_buckets(findings, store, self.report_dir, checker, interrupted=self._interrupted)
 
 
 def _budget_option(text):

@@ -31,8 +31,8 @@ import tempfile
 import time
 
 from torchsim_diff.campaign.fuzz import (CampaignOptions, CampaignResult, case_strategy, load_known, new_reducer,
-                                         write_new_bundles)
-from torchsim_diff.generate.draws import first_cases
+                                         report_new_buckets)
+from torchsim_diff.generate.draws import LazyCases
 from torchsim_diff.results.record import Record
 from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
 from torchsim_diff.run.runner import CaseRunner
@@ -89,10 +89,10 @@ def plan_shards(campaign_seed: int, max_examples: int, shards: int) -> list:
             if base + (i < extra) > 0]
 
 
-def draw_cases(opts: CampaignOptions, seed_value: int, count: int) -> list:
+def draw_cases(opts: CampaignOptions, seed_value: int, count: int):
     """The first `count` distinct cases Hypothesis draws with `seed_value`, whatever this
-    process has imported (generate.draws)."""
-    return first_cases(case_strategy(opts), seed_value=seed_value, count=count)
+    process has imported, drawn as they are asked for (generate.draws.LazyCases)."""
+    return LazyCases(case_strategy(opts), seed_value=seed_value, count=count)
 
 
 class ShardRunner:
@@ -111,7 +111,7 @@ class ShardRunner:
                                  reducer=new_reducer(self.checker, opts, self.scratch))
         for route in opts.routes:
             self.runner.availability(route)
-        self._shard, self._cases = None, []
+        self._shard, self._cases = None, None      # cases drawn on demand: --budget alone draws no more than it runs
 
     def node(self) -> str:
         """host/node-id of where this runner lives (several nodes may share a host)."""
@@ -123,10 +123,13 @@ class ShardRunner:
     def step(self, shard: Shard, position: int):
         """Records of the shard's case at `position` (one per route), or None past its end."""
         if self._shard != shard:
+            self._close_cases()
             self._shard, self._cases = shard, draw_cases(self.opts, shard.seed, shard.budget)
-        if position >= len(self._cases):
+        try:
+            case = self._cases[position]
+        except IndexError:
             return None
-        return [self._record(self._cases[position], route) for route in self.opts.routes]
+        return [self._record(case, route) for route in self.opts.routes]
 
     def _record(self, case, route: str) -> Record:
         _, record = self.runner.run(case, route)
@@ -134,7 +137,13 @@ class ShardRunner:
             record = record.with_fields(artifacts_tar=_pack(record.artifacts))
         return record
 
+    def _close_cases(self) -> None:
+        close = getattr(self._cases, "close", None)
+        if close is not None:
+            close()
+
     def close(self) -> None:
+        self._close_cases()
         self.checker.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -293,10 +302,7 @@ def _with_outputs(opts: CampaignOptions, run) -> RayCampaignResult:
             driver.result.interrupt(exc)
         progress.update(driver.result, force=True)
     result = driver.result
-    if store is not None:
-        store.save()
-        result.new_buckets = set(store.new)
-    result.bundles = write_new_bundles(result.findings, result.new_buckets if store else None, opts.out_dir)
+    report_new_buckets(result, store, opts)
     return result
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 
 RESULT = "program"
 # Names a program may read that it does not define: the module and the one builtin the
@@ -51,10 +52,20 @@ def check_program(source: str) -> None:
 
 
 def load_program(source: str):
-    """The `program` function of checked `source`."""
+    """The `program` function of checked `source`, with a code object of its own.
+
+    Dynamo keeps compiled graphs on the code object and remembers input sizes per file name
+    and line: had every load of one text shared the cached code object, a fresh
+    torch.compile would reuse graphs compiled for an earlier case of the same text (its
+    guards skip storage offsets and aliasing; the reused graph then fails with a NameError
+    for the earlier function's `__compiled_fn`), and dynamic shapes would be decided from
+    other cases' sizes. A case run alone and the same case run after others must be the
+    same computation."""
     namespace: dict = {}
     exec(_checked_program(_text(source)), namespace)  # noqa: S102 - only checked code objects
-    return namespace[RESULT]
+    program = namespace[RESULT]
+    program.__code__ = program.__code__.replace(co_filename=f"<torchsim-diff program {next(_LOADS)}>")
+    return program
 
 
 def eval_expression(expr: str, env: dict):
@@ -65,6 +76,9 @@ def eval_expression(expr: str, env: dict):
 # A text is checked and compiled once: the same program is written, checked and loaded by the
 # checker, the worker and the reducer, and the generator evaluates the same node texts again
 # and again. Only texts that pass are cached (a rejection raises).
+_LOADS = itertools.count()
+
+
 @functools.lru_cache(maxsize=4096)
 def _checked_program(source: str):
     tree = _parse(source, "exec")

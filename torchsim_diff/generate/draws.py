@@ -6,8 +6,12 @@ every process, whatever modules it has imported (strategies.no_local_constants).
 
     >>> for_each_case(cases(dtype="float32"), seed=1, count=100, visit=run_one)
     >>> first_cases(cases(dtype="float32"), seed=1, count=10)        # a list
+    >>> drawn = LazyCases(cases(dtype="float32"), seed=1, count=10**9); drawn[5]   # drawn on demand
 """
 from __future__ import annotations
+
+import queue
+import threading
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
@@ -23,9 +27,20 @@ class StopDrawing(BaseException):
     shrinks nor replays it)."""
 
 
+class _Escaped(BaseException):
+    """A visitor's error carried out of Hypothesis, which would otherwise replay the case to
+    see it fail again and, when it does not (the error was the harness's, not the case's),
+    end the whole drawing with a FlakyFailure."""
+
+    def __init__(self, error: Exception):
+        super().__init__(error)
+        self.error = error
+
+
 def for_each_case(strategy, *, seed_value: int, count: int, visit) -> int:
     """Call visit(case) on each of the first `count` distinct cases `strategy` draws with
-    `seed_value`, in order, until visit raises StopDrawing; how many were visited."""
+    `seed_value`, in order, until visit raises StopDrawing; how many were visited. An error
+    visit raises ends the drawing and is raised as it is, never replayed by Hypothesis."""
     seen: set = set()
 
     @seed(seed_value)
@@ -36,7 +51,10 @@ def for_each_case(strategy, *, seed_value: int, count: int, visit) -> int:
         if case.case_id in seen:
             return
         seen.add(case.case_id)
-        visit(case)
+        try:
+            visit(case)
+        except Exception as exc:  # noqa: BLE001 - re-raised as it is below, outside Hypothesis
+            raise _Escaped(exc) from None
         if len(seen) >= count:
             raise StopDrawing
 
@@ -45,6 +63,8 @@ def for_each_case(strategy, *, seed_value: int, count: int, visit) -> int:
             draw()
         except StopDrawing:
             pass
+        except _Escaped as escaped:
+            raise escaped.error from None
     return len(seen)
 
 
@@ -53,3 +73,54 @@ def first_cases(strategy, *, seed_value: int, count: int) -> list:
     drawn: list = []
     for_each_case(strategy, seed_value=seed_value, count=count, visit=drawn.append)
     return drawn
+
+
+class LazyCases:
+    """The same cases as first_cases, drawn on demand: `cases[k]` draws up to case k (or
+    raises IndexError past the last one), so a count far beyond what a time budget allows
+    costs nothing. Hypothesis runs on a thread that draws one case ahead of the reader and
+    stops when `close` is called."""
+
+    def __init__(self, strategy, *, seed_value: int, count: int):
+        self._drawn: list = []
+        self._next: queue.Queue = queue.Queue(maxsize=1)
+        self._closed = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(target=self._draw, args=(strategy, seed_value, count), daemon=True,
+                                        name="torchsim-diff-draws")
+        self._thread.start()
+
+    def __getitem__(self, position: int):
+        while position >= len(self._drawn) and not self._done:
+            item = self._next.get()
+            if isinstance(item, BaseException):
+                self._done = True
+                raise item
+            if item is None:
+                self._done = True
+            else:
+                self._drawn.append(item)
+        return self._drawn[position]
+
+    def close(self) -> None:
+        self._closed.set()
+        while self._thread.is_alive():          # unblock a draw waiting to hand its case over
+            try:
+                self._next.get(timeout=0.1)
+            except queue.Empty:
+                pass
+
+    def _draw(self, strategy, seed_value: int, count: int) -> None:
+        def visit(case):
+            while not self._closed.is_set():
+                try:
+                    self._next.put(case, timeout=0.1)
+                    return
+                except queue.Full:
+                    pass
+            raise StopDrawing
+        try:
+            for_each_case(strategy, seed_value=seed_value, count=count, visit=visit)
+            self._next.put(None)
+        except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there
+            self._next.put(exc)

@@ -16,11 +16,15 @@ A boolean or integer element computed from floats (comparisons, argmax/argmin, a
 derived from them) is judged only where that decision is stable: where the float64 margin
 of its operands exceeds margin * their carried allowance (at least atol for a computed
 operand). remainder and fmod jump by the divisor where their dividend may cross a multiple
-of it: the jump is carried downstream like a flipped decision. Unstable elements are counted,
-never failed. Where a node feeding an element passes through values that reach the dtype's
+of it: the jump is carried downstream like a flipped decision. The sign of a zero returned by
+a function that does not specify it (relu, clamps, max/min, SIGN_UNSPECIFIED) is a decision
+too: flipped, it moves what turns that sign into another answer (atan2 by 2 pi, 1/x from +Inf
+to -Inf: an infinite allowance, where any value passes). Unstable elements are counted, never
+failed. Where a node feeding an element passes through values that reach the dtype's
 max (`Carried.overflow`, PASSES_THROUGH), partial sums overflow in some orders and the
 element may be any value (x / Inf = 0, sign(NaN) = 0): it is not judged, and a decision on it
-is unstable.
+is unstable. An infinity a pointwise op computes from finite operands (1/0, log(0)) is exact,
+its sign too, not at the overflow scale: what it feeds is judged.
 
 Imports only the standard library and torch: reproducer bundles ship it.
 """
@@ -33,7 +37,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .comparison import FEW_ELEMENTS, TOLERANCES, margin, same_bits, scale_ulp
-from .rounding_rules import ARG_EXTREMES, COMPARISONS, JUMPS, PASSES_THROUGH, ROUNDING, STEPS, op_name
+from .rounding_rules import (ARG_EXTREMES, COMPARISONS, JUMPS, PASSES_THROUGH, POINTWISE, ROUNDING, SIGN_UNSPECIFIED,
+                             STEPS, op_name)
 
 SAMPLES = 2                    # random-sign reruns per rounding node
 PROBES = 8                     # reruns with every rounding node moved at once (decisions)
@@ -61,13 +66,23 @@ class _Run(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
-        if isinstance(result, torch.Tensor):
-            call = _Call(func, op_name(func), args, kwargs, result, result)
+        returned = _returned_tensor(result)
+        if returned is not None:
+            call = _Call(func, op_name(func), args, kwargs, returned, returned)
             if self.after is not None:
                 self.after(len(self.calls), call)
-            call.value = result.detach().clone()
+            call.value = returned.detach().clone()
             self.calls.append(call)
         return result
+
+
+def _returned_tensor(result):
+    """The tensor a call returns: the result itself, or the values of a (values, indices) pair
+    (max and min along a dim, sort, topk, cummax), which programs read on as `.values`."""
+    if isinstance(result, torch.Tensor):
+        return result
+    values = getattr(result, "values", None) if isinstance(result, tuple) else None
+    return values if isinstance(values, torch.Tensor) else None
 
 
 @dataclasses.dataclass
@@ -92,7 +107,7 @@ def _delta(a, b) -> torch.Tensor:
     if not b.dtype.is_floating_point:
         return (a != b).double() * math.inf
     d = (a.double() - b.double()).abs()
-    return torch.where(same_bits(a, b) | (a == b), torch.zeros_like(d), d.nan_to_num(nan=math.inf))
+    return torch.where(same_bits(a, b) | (a == b), torch.zeros_like(d), d.nan_to_num(nan=math.inf, posinf=math.inf))
 
 
 class _Program:
@@ -175,9 +190,10 @@ def _moved_by_node(runner, calls, outputs, finals, index, rule, eps, gen):
 
 
 def _nudge(result: torch.Tensor, delta: torch.Tensor) -> None:
-    """Move a result in place; one whose elements share memory (an expanded view) stays put."""
+    """Move a result in place; one whose elements share memory (an expanded view) stays put.
+    Where it does not move, -0.0 is added: the identity (+0.0 would turn a -0.0 into +0.0)."""
     try:
-        result.add_(delta.to(result.dtype))
+        result.add_(torch.where(delta == 0, -0.0, delta).to(result.dtype))
     except RuntimeError:
         pass
 
@@ -224,7 +240,7 @@ def _newly_nan(poisoned: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
 
 def _at_overflow_scale(call, top) -> torch.Tensor:
     magnitude = call.result.detach().double().abs()
-    reach = ~(magnitude < top)                  # beyond max, Inf or NaN in float64 already
+    reach = ~(magnitude < top) & ~_exact_infinity(call)     # beyond max, Inf or NaN in float64 already
     rule = PASSES_THROUGH.get(call.name)
     if rule is not None:
         try:
@@ -234,6 +250,25 @@ def _at_overflow_scale(call, top) -> torch.Tensor:
         except (TypeError, ValueError, IndexError, KeyError, RuntimeError):
             pass
     return reach
+
+
+def _exact_infinity(call) -> torch.Tensor:
+    """Infinities a pointwise op computes from finite operands: a pole (1/0, log(0), pow(0, -3))
+    or float64's own overflow, which the dtype computes alike in any order. They are exact,
+    their sign too (1/-0.0 is -Inf), so not at the overflow scale: what they feed is judged."""
+    result = call.result.detach()
+    if call.name not in POINTWISE or not result.dtype.is_floating_point:
+        return torch.zeros(result.shape, dtype=torch.bool)
+    exact = torch.isinf(result)
+    for operand in (*call.args, *call.kwargs.values()):
+        if isinstance(operand, torch.Tensor) and operand.dtype.is_floating_point:
+            try:
+                exact = exact & torch.isfinite(operand).broadcast_to(result.shape)
+            except RuntimeError:           # an operand shaped otherwise: at the overflow scale, as before
+                return torch.zeros(result.shape, dtype=torch.bool)
+        elif isinstance(operand, float) and not math.isfinite(operand):
+            return torch.zeros(result.shape, dtype=torch.bool)
+    return exact
 
 
 def _probe(runner, calls, outputs, eps, gen, dtype):
@@ -276,7 +311,8 @@ def _sensitivity(runner, outputs, finals, eps, gen):
 
 
 def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
-    """call index -> (mask of elements rounding may flip, the flipped result).
+    """call index -> (mask of elements rounding may flip, or zeros of unspecified sign, the
+    flipped result).
     overflow_fed: per call, the elements fed by a node at the dtype's overflow scale; a
     decision on them may go either way too."""
     index_of: dict = {}
@@ -306,6 +342,8 @@ def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
             found[i] = _unstable_step(call, allowance, dtype)
         elif call.name in JUMPS:
             found[i] = _unstable_jump(call, allowance, dtype)
+        elif call.name in SIGN_UNSPECIFIED:
+            found[i] = _unspecified_zero_signs(call)
     return {i: v for i, v in found.items() if v is not None and bool(v[0].any())}
 
 
@@ -368,6 +406,15 @@ def _unstable_jump(call, allowance, dtype):
     mask = (jumps_up | jumps_down) & torch.isfinite(x)
     across = torch.where(jumps_up, up - room, down + room).to(call.value.dtype)
     return mask, torch.where(mask, across, call.value)
+
+
+def _unspecified_zero_signs(call):
+    """A function that does not specify the sign of its zeros (SIGN_UNSPECIFIED): every zero
+    it returns, and the same zero of the other sign."""
+    if not call.value.dtype.is_floating_point:
+        return None
+    zero = call.value == 0
+    return zero, torch.where(zero, -call.value, call.value)
 
 
 def _moved_both_ways(call, allowance, dtype):

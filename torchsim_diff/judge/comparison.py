@@ -20,7 +20,9 @@ to the outputs (carried_rounding); `sensitivity` is the same for the inputs' own
 mark it (a decision rounding may flip); such elements are counted (`Stats.unstable`), never
 failed. A non-finite element passes, whatever its sign or NaN-ness, where the truth plus what
 is allowed reaches the dtype's max, or where `overflow` marks it (a node feeding it works at
-the dtype's overflow scale): there the element may be any value and is not judged.
+the dtype's overflow scale): there the element may be any value and is not judged. So may an
+element whose carried allowance is infinite: a flipped decision sends it to or from a
+non-finite value (1/x of a zero whose sign is unspecified: +Inf or -Inf, carried_rounding).
 """
 from __future__ import annotations
 
@@ -161,7 +163,7 @@ def _compare_float(got, eager, truth, where, carried, sensitivity, overflow):
     g, e, t = got.double(), eager.double(), truth.double()
     rounded = truth.to(got.dtype).double()
     allowed = allowed_error(eager, truth, carried=carried, sensitivity=sensitivity)
-    fed = torch.zeros(t.shape, dtype=torch.bool) if overflow is None else overflow.expand_as(t)
+    fed = _any_value_passes(t, carried, overflow)
     excused = (~torch.isfinite(g) & _may_be_nonfinite(t, allowed, got.dtype, overflow)) | fed
     bad_nonfinite = ~_same_class(g, e) & ~_same_class(g, rounded) & ~excused
     if bad_nonfinite.any():
@@ -174,6 +176,16 @@ def _compare_float(got, eager, truth, where, carried, sensitivity, overflow):
     if wrong.any():
         return Mismatch("wrong_values", where, message(where, "values differ", wrong, g, t, err, allowed)), stats
     return None, stats
+
+
+def _any_value_passes(t, carried, overflow) -> torch.Tensor:
+    """Elements not judged: fed by a node at the dtype's overflow scale (`overflow`), or moved
+    without bound by a flipped decision (an infinite `carried` allowance: its truth may be
+    +Inf where the flipped run's is -Inf, or finite where it is non-finite)."""
+    anything = torch.zeros(t.shape, dtype=torch.bool) if overflow is None else overflow.expand_as(t)
+    if carried is not None:
+        anything = anything | torch.isinf(carried.double()).expand_as(t)
+    return anything
 
 
 def _may_be_nonfinite(t, allowed, dtype, overflow) -> torch.Tensor:

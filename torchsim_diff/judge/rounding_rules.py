@@ -1,8 +1,8 @@
 """The judge's rounding and decision rules, per torch function: how far one dtype computation
 of it may be off (ROUNDING), what magnitudes it passes through on the way (PASSES_THROUGH),
-and which of its results are decisions rounding may flip (COMPARISONS, ARG_EXTREMES, STEPS,
-JUMPS). Functions are named as `op_name` spells them ('add' for torch.add, Tensor.add_ and
-Tensor.__add__).
+which of its results are decisions rounding may flip (COMPARISONS, ARG_EXTREMES, STEPS,
+JUMPS), and which return zeros whose sign is a decision too (SIGN_UNSPECIFIED). Functions
+are named as `op_name` spells them ('add' for torch.add, Tensor.add_ and Tensor.__add__).
 
 Every function the judge knows has one rule, named in FUNCTIONS_BY_RULE (the names are the
 closed set an op declares as `OpSpec.rounding`, torchsim_diff/judge/rule_names.py); those
@@ -317,10 +317,37 @@ ARG_EXTREMES = {"argmax": 1.0, "argmin": -1.0}
 STEPS = ("floor", "ceil", "round", "trunc", "to", "floor_divide")   # piecewise constant: a decision at each step
 JUMPS = ("remainder", "fmod")       # continuous but for a jump by the divisor where x / y is whole
 
+# Functions whose zeros have no specified sign: a zero they return may be +0.0 or -0.0, and what
+# turns that sign into another answer (atan2, copysign, signbit, 1/x, x/0, pow with a negative
+# exponent) may give either answer. Selections: eager passes x through where x is a zero
+# (relu(-0.0), clamp(-0.0, min=0) and hardtanh(-0.0, 0, 1) are -0.0), while where(x > 0, x, 0),
+# Inductor's maximum(0, x) and torch-mlir give +0.0, and x * (x > 0) gives -0.0 for every x < 0;
+# between zeros of both signs, maximum/minimum return one operand (eager's scalar loop the
+# first, its vector loop the second), amax, max along a dim, max pooling and cummax one of the
+# tied elements (eager and Inductor pick differently), sort and topk keep or reorder equal keys.
+# Decompositions: elu is expm1(x) in eager (-0.0 at x = -0.0) and exp(x) - 1 (+0.0) in
+# torch-mlir; hardswish(-3) is x * relu6(x + 3) / 6 = -0.0 in eager, +0.0 as a select;
+# lerp(-0.0, -0.0, w) is -0.0 in eager, +0.0 as start + w * (end - start). Sums: eager and
+# Inductor start from +0.0, so a sum of -0.0 addends is +0.0 there and -0.0 in IEEE order or as
+# a copy of a single addend. Every zero such a function returns is flipped like an unstable
+# decision (carried_rounding). Functions that define a zero's sign (IEEE 754: neg, abs, mul,
+# div, add and sub, sqrt, floor, round; prod, a product) are not listed.
+SELECTIONS_OF_UNSPECIFIED_SIGN = (
+    "relu", "relu6", "hardtanh", "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "fmax", "fmin",
+    "max", "min", "amax", "amin", "max_pool1d", "max_pool2d", "cummax", "cummin", "sort", "topk",
+)
+DECOMPOSITIONS_OF_UNSPECIFIED_SIGN = ("elu", "hardswish", "lerp")
+SUMS_OF_UNSPECIFIED_SIGN = (
+    "sum", "mean", "cumsum", "mm", "bmm", "matmul", "linear", "addmm", "baddbmm", "addbmm", "einsum", "conv1d",
+    "conv2d", "avg_pool2d", "adaptive_avg_pool2d", "interpolate",
+)
+SIGN_UNSPECIFIED = SELECTIONS_OF_UNSPECIFIED_SIGN + DECOMPOSITIONS_OF_UNSPECIFIED_SIGN + SUMS_OF_UNSPECIFIED_SIGN
+
 
 # Functions that round nothing: views and copies, selections and gathers, orderings (an index
 # whose order rounding may flip, argsort's, is found by carried_rounding's probe), max/min,
-# abs, neg, sign, relu, where, clamps, pooling by max, bitwise and logical ops, fills.
+# abs, neg, sign, relu, where, clamps, pooling by max, bitwise and logical ops, fills. (sort,
+# topk, cummax and max/min along a dim are recorded by the values they return.)
 EXACT = (
     "abs", "neg", "sign", "relu", "hardtanh", "clamp", "where", "maximum", "minimum", "max", "min", "amax", "amin",
     "max_pool1d", "max_pool2d", "argsort", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not",
@@ -328,6 +355,7 @@ EXACT = (
     "transpose", "permute", "reshape", "view", "getitem", "narrow", "select", "expand", "unsqueeze", "squeeze",
     "contiguous", "clone", "copy", "repeat", "cat", "stack", "constant_pad_nd", "flip", "roll", "tril", "triu",
     "gather", "index_select", "embedding", "index_copy", "scatter",
+    "relu6", "clamp_min", "clamp_max", "fmax", "fmin", "cummax", "cummin", "sort", "topk",
 )
 # Functions that round where the judge has no rule for them yet: allowed nothing, as EXACT's
 # are (scatter and index accumulations; index_put with accumulate=True).

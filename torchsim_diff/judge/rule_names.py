@@ -10,7 +10,8 @@ Imports nothing: the op registry reads it without loading torch.
 # rule name -> what the judge allows an op of that rule
 RULES = {
     "exact": "rounds nothing (views, copies, selections, orderings, max/min, abs, neg, sign, relu, where, "
-             "clamps, pooling by max, bitwise and logical ops)",
+             "clamps, pooling by max, bitwise and logical ops); the sign of a zero that relu, clamps, max/min, "
+             "pooling by max and orderings return is unspecified, a decision either way",
     "pointwise": "one rounding per element: about one ulp of the result",
     "reduction": "a sum, product or variance along dims, scans too: sqrt(n)+2 ulps of the magnitude "
                  "(up to n/2 where the addends are equal)",

@@ -184,6 +184,35 @@ ROUTE_SETUP = {
     "triton": ("import triton_shims  # first: sets TRITON_INTERPRET=1, installs the shims this bug needs",
                'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)'),
 }
+COMPILE_ROUTES = ("inductor", "triton")    # torch.compile with the campaign's settings (compile_setup)
+
+
+def compile_setup(record: Record) -> str:
+    """The torch.compile lines of repro.py, with the settings the campaign compiled the case
+    with (the record's versions and its dynamic decision), and Inductor's caches off: a
+    kernel cached by an earlier compile would hide the bug, or show a fixed one."""
+    from torchsim_diff.routes import compile_options
+    chosen = compile_options.settings({k: v for k, v in (record.versions or {}).items()
+                                       if k in compile_options.DEFAULTS and _setting_ok(k, v)})
+    dynamic = bool(record.dynamic) if isinstance(record.dynamic, bool) else chosen["dynamic"] is True
+    mode = "" if chosen["mode"] == "default" else f", mode={chosen['mode']!r}"
+    return "\n".join([
+        "torch._inductor.config.force_disable_caches = True  # compile afresh",
+        f"torch._inductor.config.emulate_precision_casts = {bool(chosen['emulate_precision_casts'])}  "
+        "# as the campaign compiled it",
+        f'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic={dynamic}{mode})'])
+
+
+def _setting_ok(key: str, value) -> bool:
+    """Whether a recorded setting parses (versions come from files people share)."""
+    from torchsim_diff.routes import compile_options
+    try:
+        compile_options.PARSERS[key](value)
+    except (ValueError, TypeError, KeyError):
+        return False
+    return True
+
+
 # torch-mlir: the import to linalg is where its bugs show; running the lowered module needs
 # torchsim-diff's JIT or Spike harness, so past the import the script says so and exits 2.
 _MLIR_SETUP = (
@@ -231,6 +260,8 @@ def render_script(record: Record, case: Case, *, note: str = "", inputs_file: bo
     route = record.route
     host = runs_on_host(record, case)
     env, setup = HOST_SETUP if host else ROUTE_SETUP.get(route, ("", None))
+    if route in COMPILE_ROUTES and not host:
+        setup = compile_setup(record)
     import_only = route in IMPORT_ONLY and not host
     head = [title(record, case)]
     head += [f"Known bug: {note}"] if note else []
@@ -276,7 +307,7 @@ def _program_source(case: Case) -> str:
 
 
 def _inputs_source(case: Case, kind: str | None, inputs_file: bool) -> str:
-    lines = ["def inputs(dtype=torch.float32):  # fresh views (sizes, strides, storage offset) of explicit storages"]
+    lines = [f"def inputs(dtype=torch.{case.dtype}):  # fresh views (sizes, strides, storage offset) of explicit storages"]
     if inputs_file:
         lines.append('    saved = torch.load(os.path.join(os.path.dirname(__file__), "inputs.pt"))')
     views = []

@@ -77,7 +77,7 @@ def summary_rows(records) -> list:
             "route": route, "cases": len(recs), "pass": count("pass"), "fail": count("fail"),
             "unsupported": count("unsupported"), "skipped": count("skipped"),
             "buckets": len({r.bucket for r in recs if r.bucket}),
-            "cases/s": _fmt_rate(len(recs), total_time),
+            "cases/s": _fmt_rate(len(recs) - count("skipped"), total_time),   # cases that ran
             "harness %": round(100.0 * _seconds(r.t_harness for r in recs) / per_case, 1) if per_case > 0 else None,
             "start-up s": round(start, 1), "localising s": round(diagnosis, 1),
         })
@@ -295,13 +295,22 @@ def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
     order = {b: k for k, b in enumerate(signatures.ranked_buckets(records))}
     for bucket in sorted((b for b in new_buckets if b in smallest), key=lambda b: (order.get(b, len(order)), b)):
         record = smallest[bucket]
-        nodes, inputs, elements = case_size(record.case)
+        nodes, inputs, elements = case_size(record.case_or_reduced)     # the case its bundle holds
         bundle = (bundles or {}).get(bucket)
         rows.append({"bucket": bucket, "title": _title(record, bundle),
                      "reduced": f"{nodes} node{'s' * (nodes != 1)}, {inputs} input{'s' * (inputs != 1)}, "
                                 f"{elements} element{'s' * (elements != 1)}",
                      "bundle": bundle or "-"})
     return rows
+
+
+def unconfirmed_lines(unconfirmed: dict) -> list:
+    """Buckets whose self-check failed (bucket -> why): listed apart from NEW, never filed."""
+    if not unconfirmed:
+        return []
+    lines = [f"Unconfirmed buckets ({len(unconfirmed)}), not NEW: their failure did not reproduce "
+             f"when checked"]
+    return lines + [f"  {bucket}  {reason}" for bucket, reason in sorted(unconfirmed.items())]
 
 
 def _title(record, bundle: str | None) -> str:
@@ -316,10 +325,11 @@ def _title(record, bundle: str | None) -> str:
     return f"[{record.route}] {record.kind} in `{record.op}`" + (f": {message[0][:100]}" if message else "")
 
 
-def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: dict | None = None) -> list:
-    """The lines a run ends with: NEW buckets first, then the summary, then the worst rows
-    of the tolerance table; the full report goes to RUN/report.html (its path is the last
-    line but one)."""
+def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: dict | None = None,
+               unconfirmed: dict | None = None) -> list:
+    """The lines a run ends with: NEW buckets first, then the unconfirmed ones (their
+    self-check failed: bucket -> why), the summary, then the worst rows of the tolerance
+    table; the full report goes to RUN/report.html (its path is the last line but one)."""
     lines = []
     new_rows = new_bucket_rows(records, new_buckets, bundles)
     if new_rows:
@@ -328,7 +338,8 @@ def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: d
             lines += [f"  {row['bucket']}  {row['title']}", f"      reduced to {row['reduced']}; bundle: {row['bundle']}"]
     else:
         lines.append("NEW buckets: none")
-    seen = {r.bucket for r in records if r.bucket} - set(new_buckets)
+    lines += unconfirmed_lines(unconfirmed or {})
+    seen = {r.bucket for r in records if r.bucket} - set(new_buckets) - set(unconfirmed or {})
     if seen:
         lines.append(f"({len(seen)} more bucket{'s' * (len(seen) != 1)} seen before or known: see the HTML report)")
     lines += ["", *render(summary_rows(records), "plain", "Summary").splitlines(), ""]

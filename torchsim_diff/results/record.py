@@ -42,6 +42,8 @@ HISTORY_REQUIRED = ("route", "case")
 PROGRESS_REQUIRED = ("route",)
 # Fields naming a folder of the route's files, which bundles copy (report.bundles).
 ARTIFACT_FIELDS = ("artifacts", "reduced_artifacts")
+# The stage of a skipped record whose route was abandoned during the run (worker.client's crash cap).
+ABANDONED = "abandoned"
 # The error figures of a case (and of each op in `op_errors`).
 FIGURE_FIELDS = ("max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "atol_needed", "rtol_needed")
 
@@ -161,10 +163,11 @@ class Record:
         return dataclasses.replace(self, **fields, extra=extra, absent=self.absent - set(fields))
 
     def known_by_minimal_case(self, known) -> "Record":
-        """A reduced failure marked known and moved into the known bug's bucket when its minimal
-        case lands in one of the `known` buckets."""
-        if self.minimal_bucket in known:
-            return self.with_fields(bucket=self.minimal_bucket, known=True)
+        """A reduced failure marked known when its own minimal case's cause signature is a known
+        bug's: its refined bucket is one of the `known` cause buckets (triage.corpus.known_buckets).
+        A failure not reduced (no `signature`) is never known: its raw bucket says nothing of the cause."""
+        if self.failed and self.signature and self.bucket in known:
+            return self.with_fields(known=True)
         return self
 
     def artifact_folders(self) -> dict:
@@ -197,7 +200,12 @@ class Record:
     @property
     def unavailable_route(self) -> bool:
         """Skipped because its route cannot run here (the message says why)."""
-        return self.status == Status.SKIPPED.value and not self.kind
+        return self.status == Status.SKIPPED.value and not self.kind and self.stage != ABANDONED
+
+    @property
+    def abandoned_route(self) -> bool:
+        """Skipped because its route was abandoned during the run (too many crashes in a row)."""
+        return self.status == Status.SKIPPED.value and self.stage == ABANDONED
 
     @property
     def judged(self) -> bool:

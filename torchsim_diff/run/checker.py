@@ -9,6 +9,7 @@ timings and the artifacts kept for failures (passing cases leave nothing behind)
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -22,7 +23,7 @@ from torchsim_diff.run import second_size
 from torchsim_diff.campaign.bucket_claims import BucketClaims
 from torchsim_diff.case.graph import Case
 from torchsim_diff.results.kinds import Kind, Status
-from torchsim_diff.results.record import Record
+from torchsim_diff.results.record import ABANDONED, Record
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.routes import route_class
 from torchsim_diff.run.background_delete import BackgroundDelete
@@ -174,6 +175,7 @@ class Checker:
         self.tag = tag
         self.workers: dict = {}
         self.stopped = False
+        self.triaging = False          # see triage_runs
         # The reference runs tiny tensors: more threads only contend with parallel workers.
         torch.set_num_threads(1)
         self._reference_key = None
@@ -209,7 +211,23 @@ class Checker:
             self.workers[route] = RouteWorker(
                 route, options=self.route_options.get(route), timeout_s=self.timeout_s, tag=self.tag,
                 work_root=os.path.join(self.out_dir, "workers"))
+            self.workers[route].triaging = self.triaging
         return self.workers[route]
+
+    @contextlib.contextmanager
+    def triage_runs(self):
+        """Runs made inside are triage (reducing, bucketing, replaying a failure), not fresh
+        cases: a crash among them neither counts towards abandoning the route nor clears the
+        count (worker.client.RouteWorker.triaging)."""
+        before, self.triaging = self.triaging, True
+        for worker in self.workers.values():
+            worker.triaging = True
+        try:
+            yield
+        finally:
+            self.triaging = before
+            for worker in self.workers.values():
+                worker.triaging = before
 
     def availability(self, route: str) -> tuple:
         hello = self.worker(route).hello()
@@ -284,7 +302,7 @@ class Checker:
     def _judged(case: Case, route: str, ref, reply: protocol.Outcome) -> Verdict:
         metrics = reply.metrics
         if reply.abandoned:
-            return Verdict(case, route, Status.SKIPPED, message=reply.message)
+            return Verdict(case, route, Status.SKIPPED, stage=ABANDONED, message=reply.message)
         if not reply.ok:
             kind = Kind(reply.kind)
             status = Status.FAIL if kind.fails_run else Status.UNSUPPORTED

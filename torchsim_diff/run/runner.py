@@ -86,24 +86,37 @@ class CaseRunner:
     def record(self, verdict) -> Record:
         """The verdict's record: known bug marked, new failure reduced then bucketed, per-op
         figures (measured under the route's steady time limit)."""
-        triaged = self._triaged(verdict)       # first: reducing may move the verdict to another bucket
-        record = verdict.record().with_fields(**triaged).known_by_minimal_case(self.known)
-        steady = self._capped(self.timeouts.steady(verdict.route))
-        return record.with_fields(op_errors=self.op_figures.for_verdict(self.checker, verdict, steady))
+        with self.checker.triage_runs():       # re-runs of this case are no fresh cases
+            triaged = self._triage(verdict)    # first: reducing may move the verdict to another bucket
+            record = verdict.record().with_fields(**triaged).known_by_minimal_case(self.known)
+            steady = self._capped(self.timeouts.steady(verdict.route))
+            return record.with_fields(op_errors=self.op_figures.for_verdict(self.checker, verdict, steady))
 
     def is_known(self, verdict) -> bool:
-        return bool(verdict.failed and verdict.bucket in self.known)
+        """A failure whose own minimal case has a known bug's cause signature (self.known: cause
+        buckets, triage.corpus.known_buckets). Never from the raw bucket: a verdict not yet
+        reduced (record() reduces it) is not known."""
+        return bool(verdict.failed and verdict.refined and verdict.bucket in self.known)
 
     # -- the parts ---------------------------------------------------------------------------
+    def _triage(self, verdict) -> dict:
+        """_triaged, with an error in triaging kept on this case's record (reduce_error): the
+        failure stays recorded as found, and the error never surfaces in another case."""
+        try:
+            return self._triaged(verdict)
+        except Exception as exc:  # noqa: BLE001 - whatever triage raised, the case's record says it
+            return dict(reduce_error=f"triage failed: {type(exc).__name__}: {exc}")
+
     def _triaged(self, verdict) -> dict:
-        """Extra record fields (name -> value): a failure in a known bug's bucket is marked
-        known and left as found (reducing it again would cost time and could move it out of
-        that bucket); any other failure is reduced, then bucketed (and is that known bug when
-        its minimal case lands in a known bucket: Record.known_by_minimal_case; known entries
-        are minimal cases, bucketed as checked)."""
-        if self.is_known(verdict):
-            return dict(known=True)
-        return self.reducer.refine(verdict) if self.reducer else {}
+        """Extra record fields (name -> value): every failure is reduced, then bucketed from its
+        minimal case, and is a known bug only when that cause signature is a known entry's
+        (Record.known_by_minimal_case). Without a reducer, failures are still reduced when
+        there are known bugs to match (the checker's one refiner, reused at session end)."""
+        reducer = self.reducer
+        if reducer is None and self.known:
+            from torchsim_diff.triage.reduce import ReduceThenBucket
+            reducer = ReduceThenBucket.of_checker(self.checker)
+        return reducer.refine(verdict) if reducer else {}
 
     def _batch(self, cases: list, route: str) -> list:
         from torchsim_diff.run.batch import check_batch

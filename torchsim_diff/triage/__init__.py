@@ -3,6 +3,7 @@
     reduce          a failing case reduced to a small one in the same bucket
     signatures      failure signatures and buckets: one bug, one bucket
     bucket_history  buckets kept across runs (new vs seen before)
+    self_check      NEW only when a bucket's replays fail and its repro.py reproduces it
     corpus          seed cases that must pass, known bugs that must keep failing
     corpus_replay   replaying corpus entries
     kernels/        Triton kernel launches: capture, replay one launch, localise the first divergent one

@@ -148,6 +148,14 @@ class BucketStore:
                 db.execute("UPDATE buckets SET count = count + 1 WHERE bucket = ?", (bucket,))
         return False
 
+    def forget(self, bucket: str) -> None:
+        """Take a bucket this run added back out (its self-check failed: triage.self_check),
+        so that a later run meeting it is told it is new, and checks it again."""
+        if bucket in self.new:
+            with self._transaction() as db:
+                db.execute("DELETE FROM buckets WHERE bucket = ?", (bucket,))
+            self.new.discard(bucket)
+
     def _transaction(self):
         return _Transaction(self._db, self.path)
 

@@ -2,9 +2,12 @@
 
     corpora/seed/<name>.json    {"case": {...}, "note": "..."}
     corpora/known/<name>.json   {"route": R, "kind": K, "bucket": B, "signature": S,
-                                 "case": {...}, "note": "...", "upstream": "...",
+                                 "cause": C, "case": {...}, "note": "...", "upstream": "...",
                                  "first_op": "...", "project": "..."}
 
+`bucket` and `signature` are the raw ones of the case as checked (what replay holds it to);
+`cause` the signature of its minimal case (triage.signatures, "cause signatures"), which a
+failure must have once reduced to be this known bug (corpus_replay.resign computes it).
 `upstream` is the URL of the upstream issue when the project already knows the bug ("not
 yet filed" otherwise); `first_op` the first divergent op of a value failure; `project` (optional)
 the upstream project a bundle is written for when not the route's own (see repro.PROJECTS).
@@ -25,10 +28,11 @@ from torchsim_diff import files
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
 from torchsim_diff.results.record import EntryFields
+from torchsim_diff.triage.signatures import bucket_of, on_route
 
 SEED, KNOWN = "seed", "known"
 # Entry fields besides the case; each is text when present.
-TEXT_FIELDS = ("route", "kind", "bucket", "signature", "note", "upstream", "first_op", "project", "message")
+TEXT_FIELDS = ("route", "kind", "bucket", "signature", "cause", "note", "upstream", "first_op", "project", "message")
 
 
 class CorruptEntry(ValueError):
@@ -50,6 +54,11 @@ class Entry:
     @property
     def upstream(self) -> str:
         return self.fields.upstream
+
+    @property
+    def cause(self) -> str | None:
+        """The cause signature of a known bug (None for a seed, or an entry not yet re-signed)."""
+        return self.raw.get("cause")
 
     @property
     def name(self) -> str:
@@ -104,11 +113,25 @@ def _json_files(paths) -> list:
     return sorted(files)
 
 
-def known_buckets(folder: str) -> set:
-    """Buckets of the readable known-bug entries under `folder` (empty when absent)."""
+def known_causes(folder: str) -> dict:
+    """cause signature -> entry name, of the readable known-bug entries under `folder` that
+    have one (empty when absent)."""
     if not os.path.isdir(folder):
-        return set()
-    return {e.bucket for e, err in iter_entries([folder]) if e is not None and e.kind == KNOWN}
+        return {}
+    return {e.cause: e.name for e, err in iter_entries([folder]) if e is not None and e.kind == KNOWN and e.cause}
+
+
+def known_buckets(folder: str) -> set:
+    """The cause buckets of the known bugs under `folder`: a failure is a known bug when its own
+    minimal case's signature is one of theirs (never by its raw bucket). An entry without a
+    cause (not re-signed: its route could not run) matches nothing."""
+    return cause_buckets(known_causes(folder))
+
+
+def cause_buckets(causes, route: str | None = None) -> set:
+    """The buckets of cause signatures, on `route` when given (a planted route compared with the
+    known bugs of the real route whose ops it shares)."""
+    return {bucket_of(on_route(c, route) if route else c) for c in causes}
 
 
 def write_atomic(path: str, data: dict) -> None:

@@ -41,3 +41,41 @@ def replay_entry(checker, entry: Entry, route: str, known: set = frozenset()) ->
         if verdict.failed and verdict.bucket in known:
             ok, got = True, f"known bug {verdict.bucket} ({verdict.kind.value})"
     return ReplayOutcome(entry, route, expected, got, ok, verdict)
+
+
+# -- re-signing a known entry with its cause ---------------------------------------------------
+def resign(refiner, entry: Entry) -> tuple:
+    """(the entry's JSON with its raw bucket and signature, as its case is checked now, and the
+    cause signature of its minimal case; what happened). The JSON is None when the entry no
+    longer fails as its kind on its route (it stops reproducing: replay says so too) or could
+    not be reduced. refiner: a triage.reduce.ReduceThenBucket; each entry is reduced afresh."""
+    refiner.by_raw.clear()          # entries sharing a raw signature each get their own cause
+    verdict = refiner.checker.check(entry.case, entry.route, timeout_s=entry.raw.get("timeout_s"))
+    if not verdict.failed or verdict.kind.value != entry.failure_kind:
+        return None, f"does not fail as {entry.failure_kind} any more: {verdict.status.value} {verdict.kind}"
+    if not _same_failure(entry, verdict):
+        return None, f"fails differently now: {verdict.message.splitlines()[0] if verdict.message else verdict.signature}"
+    raw_signature, raw_bucket = verdict.signature, verdict.bucket
+    refiner.refine(verdict)
+    if not verdict.refined:
+        return None, "not reduced: it did not fail again when reduced"
+    data = {}
+    for key, value in entry.raw.items():
+        if key != "cause":
+            data[key] = value
+        if key == "signature":
+            data["cause"] = verdict.refined
+    data.update(bucket=raw_bucket, signature=raw_signature, cause=verdict.refined)
+    changed = "unchanged" if data == entry.raw else "re-signed"
+    return data, f"{changed}: {verdict.refined}"
+
+
+def _same_failure(entry: Entry, verdict) -> bool:
+    """The verdict is the failure the entry recorded: the same raw signature, or for an error
+    whose raw signature changed only because messages are normalised differently now, the same
+    first message line once normalised."""
+    from torchsim_diff.triage.signatures import normalise
+    if verdict.signature == entry.fields.signature or verdict.kind.value_failure:
+        return verdict.signature == entry.fields.signature
+    recorded = (entry.fields.message or "").splitlines()[:1]
+    return bool(recorded) and normalise(recorded[0]) == normalise(verdict.message.splitlines()[0] if verdict.message else "")

@@ -5,14 +5,44 @@
     >>> print(result.reduced.program_source())
 
 Greedy reduction over passes, each proposing smaller variants of the current case in
-order: drop outputs and nodes, bypass a node by one of its operands, cut a subgraph by
-making a node's result a new input, shrink dimensions, simplify layouts towards
-contiguous, simplify values (seed 0, then explicit small values) and, last, raise a
-float16/bfloat16 case to float32. Every candidate is made readable (dead nodes and unused
-inputs dropped, names renumbered) and must be valid before a route sees it: its program
-runs on meta tensors and in eager. Valid candidates are checked in parallel, one Checker
-(one warm worker per route) per job; the earliest candidate in pass order that keeps the
-bucket is accepted, so the result does not depend on timing.
+order: drop outputs, keep only a window of the graph (one node and its producers up to two
+deep, smallest windows first), drop and bypass nodes, cut a subgraph by making a node's
+result a new input, simpler ops, shrink dimensions, simplify layouts towards contiguous,
+simplify values and, last, raise a float16/bfloat16 case to float32. A pass runs until none
+of its candidates keeps the bucket; after each step it goes on from the candidate it
+accepted, and the passes repeat until a whole round changes nothing. Every candidate is
+made readable (dead nodes and unused inputs dropped, names renumbered) and must be valid
+before a route sees it: its program runs on meta tensors and in eager. Valid candidates are
+checked in parallel, one Checker (one warm worker per route) per job; the earliest
+candidate in pass order that keeps the bucket is accepted, so the result does not depend
+on timing.
+
+Values are pinned: the reduction starts from the case with every input's values written
+out bit for bit, so dropping an input leaves the others' values as they were; a node cut
+out becomes an input holding the values eager computed for it (when they lie in the
+domain its consumers need), and a shrunk dimension keeps the leading (or the trailing) values.
+
+Time budget (`budget_s` is its base B; None: no time limit, only `max_runs`):
+    start:    B * max(1, (nodes + inputs) / SIZE_PER_BASE) of the case as given;
+    progress: each accepted step moves the deadline to at least PROGRESS_GRANT * B from now;
+    ceiling:  never past CEILING_FACTOR * B after the start.
+With B = 60 s a 10-node, 5-input case starts with 180 s and stops by 300 s at the latest.
+
+Values, while the bucket holds: each float or integer input (index inputs too, toward 0)
+is tried, whole, at a simplest constant (the first of 0, 1, -1, 0.5 its domain allows),
+then at the sign of each value (0 near zero), at each value rounded to an integer within
++-SMALL_INTEGER, and rounded to an integer, each with its special values (NaN, +-Inf,
+subnormals, magnitudes past the square root of the dtype's largest value) made ordinary
+too, then kept; then with only the special values made ordinary. Inputs of at most
+ELEMENT_LIMIT elements then go the same way one element at a time; larger ones a chunk at
+a time (halves, quarters, ...: the simplest constant, then integers). A value that leaves
+the input's domain or the domain its consumers need (OPERAND_DOMAINS) falls back to the
+next simpler one that does not (log keeps positives, div nonzero divisors, an index stays
+below its bound); unique indices and booleans are left as they are. Every value is stored
+bit for bit (case/values.encode).
+
+The minimal case holds every input's values explicitly, so its `values.special` changes no
+bit; it is recomputed from them: true iff some float input holds NaN or an infinity.
 """
 from __future__ import annotations
 
@@ -22,6 +52,7 @@ import dataclasses
 import os
 import queue
 import time
+import weakref
 
 import torch
 
@@ -83,16 +114,18 @@ def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None
 
     jobs: parallel Checkers (default: the number of cores). max_runs: route runs allowed
     before stopping with the smallest case so far. progress: called with one line per
-    accepted step. checkers, key, budget_s: see _Evaluator (reduce, then bucket passes
-    the campaign's warm Checker, signatures.reduction_key and its time budget).
+    accepted step. budget_s: the base of the time budget (module docstring). checkers, key:
+    see _Evaluator (reduce, then bucket passes the campaign's warm Checker and
+    signatures.reduction_key).
     """
     jobs = _check_options(jobs, max_runs)
     started = time.perf_counter()
+    budget = TimeBudget.for_case(case, budget_s)
     with _Evaluator(route, out_dir=out_dir, jobs=jobs, timeout_s=timeout_s, max_runs=max_runs,
-                    checkers=checkers, key=key, budget_s=budget_s) as evaluator:
+                    checkers=checkers, key=key, budget=budget) as evaluator:
         bucket = evaluator.bucket_of_original(case)
         reducer = _Reducer(evaluator, bucket, progress or (lambda line: None))
-        reduced = reducer.run(case)
+        reduced = _settled(reducer.run(reducer.pinned(case)))
         runs = evaluator.runs
     return ReduceResult(case, reduced, bucket, route, runs, time.perf_counter() - started)
 
@@ -107,18 +140,53 @@ def _check_options(jobs, max_runs) -> int:
     return jobs
 
 
+# -- the time budget (module docstring) -------------------------------------------------------
+SIZE_PER_BASE = 5        # nodes + inputs the base budget covers
+PROGRESS_GRANT = 0.5     # share of the base an accepted step guarantees from then on
+CEILING_FACTOR = 5       # the hard ceiling, in bases
+
+
+@dataclasses.dataclass
+class TimeBudget:
+    """When the search stops: a deadline that grows with the case and with progress, under a ceiling."""
+
+    deadline: float | None
+    ceiling: float | None
+    grant: float
+    clock: object = time.perf_counter
+
+    @classmethod
+    def for_case(cls, case: Case, base_s: float | None, clock=time.perf_counter) -> "TimeBudget":
+        if not base_s:
+            return cls(None, None, 0.0, clock)
+        nodes, inputs, _ = case.size()
+        now = clock()
+        ceiling = now + base_s * CEILING_FACTOR
+        start = base_s * max(1.0, (nodes + inputs) / SIZE_PER_BASE)
+        return cls(min(now + start, ceiling), ceiling, base_s * PROGRESS_GRANT, clock)
+
+    @property
+    def late(self) -> bool:
+        return self.deadline is not None and self.clock() > self.deadline
+
+    def progress(self) -> None:
+        """A step was accepted: at least `grant` seconds more, within the ceiling."""
+        if self.deadline is not None:
+            self.deadline = min(max(self.deadline, self.clock() + self.grant), self.ceiling)
+
+
 # -- checking candidates on the route ------------------------------------------------------
 class _Evaluator:
     """Buckets of cases on one route, with one Checker per parallel job and a cache."""
 
     def __init__(self, route: str, *, out_dir: str, jobs: int, timeout_s: float, max_runs: int,
-                 checkers: list | None = None, key=None, budget_s: float | None = None):
+                 checkers: list | None = None, key=None, budget: TimeBudget | None = None):
         """checkers: warm Checkers to borrow (not closed here) instead of starting `jobs` new
-        ones. key: verdict -> what must stay the same (default: its bucket). budget_s:
-        seconds after which the search stops with the smallest case so far."""
+        ones. key: verdict -> what must stay the same (default: its bucket). budget: when
+        the search stops with the smallest case so far (default: no time limit)."""
         self.route, self.max_runs = route, max_runs
         self.key = key or (lambda verdict: verdict.bucket)
-        self.deadline = time.perf_counter() + budget_s if budget_s else None
+        self.budget = budget or TimeBudget(None, None, 0.0)
         self.runs = 0
         self.cache: dict = {}
         self.checkers: queue.Queue = queue.Queue()
@@ -141,8 +209,7 @@ class _Evaluator:
 
     @property
     def exhausted(self) -> bool:
-        late = self.deadline is not None and time.perf_counter() > self.deadline
-        return late or self.runs >= self.max_runs
+        return self.budget.late or self.runs >= self.max_runs
 
     def bucket_of_original(self, case: Case) -> str:
         self.runs += 1
@@ -175,10 +242,17 @@ class _Reducer:
     def __init__(self, evaluator: _Evaluator, bucket: str, progress):
         self.evaluator, self.bucket, self.progress = evaluator, bucket, progress
 
+    def pinned(self, case: Case) -> Case:
+        """`case` with its values written out (module docstring), when that keeps the bucket."""
+        pinned = _pinned(case)
+        if pinned.case_id == case.case_id or self.evaluator.first_keeping([pinned], self.bucket) is None:
+            return case
+        return pinned
+
     def run(self, case: Case) -> Case:
         current = case
-        passes = [_drop_outputs, _drop_nodes, _bypass_nodes, _cut_nodes, _canonical_ops, _shrink_dims,
-                  _simplify_layouts, _simplify_values]
+        passes = [_drop_outputs, _keep_windows, _drop_nodes, _bypass_nodes, _cut_nodes, _canonical_ops,
+                  _shrink_dims, _simplify_layouts, _simplify_values]
         changed = True
         while changed and not self.evaluator.exhausted:
             changed = False
@@ -189,41 +263,53 @@ class _Reducer:
         return current
 
     def _run_pass(self, make, current: Case):
-        """Apply one pass until none of its candidates keeps the bucket."""
-        accepted = False
+        """Apply one pass until none of its candidates keeps the bucket. After a step the pass
+        goes on from the candidate it accepted: those before it were just refused (the next
+        round of passes tries them again)."""
+        accepted, start = False, 0
         while not self.evaluator.exhausted:
-            found = self._first_keeping(_valid_candidates(make(current), current))
+            found = self._first_keeping(_valid_candidates(make(current), current, start))
             if found is None:
                 break
-            current, accepted = self._accept(make, current, found), True
+            start, new = found
+            start = 0 if make is _keep_windows else start      # windows come smallest first: look again
+            current, accepted = self._accept(make, current, new), True
         return current, accepted
 
-    def _first_keeping(self, candidates):
-        """The earliest candidate that keeps the bucket, checked `jobs` at a time."""
+    def _first_keeping(self, numbered):
+        """The earliest (position, candidate) that keeps the bucket, checked `jobs` at a time."""
         batch = []
-        for candidate in candidates:
-            batch.append(candidate)
+        for pair in numbered:
+            batch.append(pair)
             if len(batch) == self.evaluator.jobs:
-                found = self.evaluator.first_keeping(batch, self.bucket)
+                found = self._keeping_in(batch)
                 if found is not None or self.evaluator.exhausted:
                     return found
                 batch = []
-        return self.evaluator.first_keeping(batch, self.bucket) if batch else None
+        return self._keeping_in(batch) if batch else None
+
+    def _keeping_in(self, batch: list):
+        found = self.evaluator.first_keeping([case for _, case in batch], self.bucket)
+        return next((pair for pair in batch if pair[1] is found), None)
 
     def _accept(self, make, old: Case, new: Case) -> Case:
+        self.evaluator.budget.progress()
         self.progress(f"{make.__name__.strip('_').replace('_', ' ')}: {old.size()} -> {new.size()} "
                       f"after {self.evaluator.runs} runs")
         return new
 
 
-def _valid_candidates(raw, current: Case):
+def _valid_candidates(raw, current: Case, start: int = 0):
+    """(position in `raw`, candidate) for each distinct valid candidate from position `start` on."""
     seen = {current.case_id}
-    for candidate in raw:
+    for position, candidate in enumerate(raw):
+        if position < start:
+            continue
         candidate = _tidy(candidate) if candidate is not None else None
         if candidate is None or candidate.case_id in seen or not _is_valid(candidate):
             continue
         seen.add(candidate.case_id)
-        yield candidate
+        yield position, candidate
 
 
 # -- validity --------------------------------------------------------------------------------
@@ -330,20 +416,106 @@ def _cut_nodes(case: Case):
         metas = meta_results(case)
     except Exception:  # noqa: BLE001 - an invalid current case has nothing to cut
         return
+    computed = _eager_results(case)
     for position, node in enumerate(case.nodes):
         if get_op(node["op"]).mutates or (not node["args"]):
             continue
-        result = metas[node["id"]]
-        domain = _domain_for(case, node["id"], result.dtype)
-        if domain is None:
+        spec = _cut_input(case, node["id"], f"cut{position}", metas, computed)
+        if spec is None:
             continue
         data = case.to_dict()
-        name = f"cut{position}"
-        shape = list(result.shape)
-        data["inputs"].append(_contiguous_input(name, shape, layout.dtype_name(result.dtype), domain))
+        data["inputs"].append(spec)
         data["nodes"] = [n for n in data["nodes"] if n["id"] != node["id"]]
-        _replace_uses(data, node["id"], name)
+        _replace_uses(data, node["id"], spec["name"])
         yield _candidate(data)
+
+
+def _cut_input(case: Case, ref: str, name: str, metas: dict, computed: dict) -> dict | None:
+    """A contiguous input standing for `ref`, in a domain every reader of `ref` accepts, holding
+    the values eager computed for `ref` where they lie in that domain (else drawn ones); None
+    when no domain fits (an index computed from floats)."""
+    result = metas[ref]
+    domain = _domain_for(case, ref, result.dtype)
+    if domain is None:
+        return None
+    spec = _contiguous_input(name, list(result.shape), layout.dtype_name(result.dtype), domain)
+    value = computed.get(ref)
+    usable = (value is not None and value.shape == result.shape and value.dtype == result.dtype
+              and value.numel() > 0)
+    if usable and (value.dtype == torch.bool or _Domain({domain["kind"]}).holds(value)):
+        spec["data"] = values.encode(value.contiguous().reshape(-1))
+    return spec
+
+
+def _eager_results(case: Case) -> dict:
+    """Eager's value of each non-mutating node's result, by id ({} when eager cannot run it)."""
+    refs = [n["id"] for n in case.nodes if not get_op(n["op"]).mutates]
+    data = case.to_dict()
+    data["outputs"] = refs
+    try:
+        wide = Case.from_dict(data)
+        results = load_program(wide.program_source())(*layout.materialize_all(wide.to_dict()))
+    except Exception:  # noqa: BLE001 - no values to offer: cut inputs get drawn ones
+        return {}
+    return {ref: r.detach().clone() for ref, r in zip(refs, results) if isinstance(r, torch.Tensor)}
+
+
+WINDOW_DEPTHS = (0, 1, 2)
+
+
+def _keep_windows(case: Case):
+    """The case cut down to one node and its producers up to WINDOW_DEPTHS deep, smallest
+    windows first (the later node first among equals); operands from outside the window
+    become inputs (_cut_input), the case's inputs stay as they are."""
+    if len(case.nodes) < 2:
+        return
+    try:
+        metas = meta_results(case)
+    except Exception:  # noqa: BLE001 - an invalid current case has no windows
+        return
+    computed = _eager_results(case)
+    windows = {}
+    for node in reversed(case.nodes):
+        for depth in WINDOW_DEPTHS:
+            kept = _window(case, node["id"], depth)
+            if kept and len(kept) < len(case.nodes):
+                windows.setdefault(tuple(kept), node["id"])
+    for kept, last in sorted(windows.items(), key=lambda item: len(item[0])):
+        yield _windowed(case, kept, last, metas, computed)
+
+
+def _window(case: Case, last: str, depth: int) -> list | None:
+    """Positions of node `last` and its producers up to `depth` deep (None: it reaches an in-place node)."""
+    position = {n["id"]: k for k, n in enumerate(case.nodes)}
+    kept, frontier = set(), [last]
+    for _ in range(depth + 1):
+        above = []
+        for ref in frontier:
+            node = case.nodes[position[ref]]
+            if get_op(node["op"]).mutates:
+                return None
+            kept.add(position[ref])
+            above += [a for a in node["args"] if a in position and position[a] not in kept]
+        frontier = above
+    return sorted(kept)
+
+
+def _windowed(case: Case, kept, last: str, metas: dict, computed: dict) -> Case | None:
+    data = case.to_dict()
+    nodes = [data["nodes"][k] for k in kept]
+    inside = {n["id"] for n in nodes} | {spec["name"] for spec in data["inputs"]}
+    cuts = {}
+    for node in nodes:
+        for arg in node["args"]:
+            if arg not in inside and arg not in cuts:
+                spec = _cut_input(case, arg, f"cut_{arg}", metas, computed)
+                if spec is None:
+                    return None
+                data["inputs"].append(spec)
+                cuts[arg] = spec["name"]
+        node["args"] = [cuts.get(a, a) for a in node["args"]]
+    data["nodes"], data["outputs"] = nodes, [last]
+    return _candidate(data)
 
 
 def _domain_for(case: Case, ref: str, dtype: torch.dtype):
@@ -402,11 +574,13 @@ def _canonical_ops(case: Case):
 
 
 def _shrink_dims(case: Case):
-    """Smaller sizes: everywhere a size occurs first, then one input dimension at a time."""
+    """Smaller sizes: everywhere a size occurs first (keeping the leading values, then the
+    trailing ones), then one input dimension at a time."""
     sizes = sorted({s for spec in case.inputs for s in spec["shape"] if s > 1}, reverse=True)
     for size in sizes:
         for smaller in _smaller_sizes(size):
             yield _substitute_size(case, size, smaller)
+            yield _substitute_size(case, size, smaller, trailing=True)
     for k, spec in enumerate(case.inputs):
         for dim, size in enumerate(spec["shape"]):
             if size == 1:
@@ -416,7 +590,7 @@ def _shrink_dims(case: Case):
                 shape = list(spec["shape"])
                 shape[dim] = smaller
                 data["inputs"][k] = _reshaped(data["inputs"][k], shape)
-                yield _candidate(data)
+                yield _candidate(_narrowed_values(case, data))
 
 
 def _without_unit_dim(case: Case, k: int, dim: int) -> Case:
@@ -435,7 +609,7 @@ def _smaller_sizes(size: int) -> list:
     return [s for s in dict.fromkeys([1, 2, size // 2, size - 1]) if 0 < s < size]
 
 
-def _substitute_size(case: Case, size: int, smaller: int) -> Case:
+def _substitute_size(case: Case, size: int, smaller: int, trailing: bool = False) -> Case:
     """Replace `size` by `smaller` in every input shape, index range and size-like attribute."""
     data = case.to_dict()
     for k, spec in enumerate(data["inputs"]):
@@ -452,7 +626,27 @@ def _substitute_size(case: Case, size: int, smaller: int) -> Case:
         for key in ("length", "stop"):
             if attrs.get(key) == size:
                 attrs[key] = smaller
-    return _candidate(data)
+    return _candidate(_narrowed_values(case, data, trailing))
+
+
+def _narrowed_values(case: Case, data: dict, trailing: bool = False) -> dict:
+    """`data` (`case` with smaller input shapes) with each shrunk input holding the leading
+    (or trailing) values of its old view; index inputs (their bound may have shrunk too) and
+    aliasing views are drawn afresh."""
+    for k, (old, new) in enumerate(zip(case.inputs, data["inputs"])):
+        shape, lay = new["shape"], new["layout"]
+        if "data" in new or shape == old["shape"] or len(shape) != len(old["shape"]):
+            continue
+        if old.get("domain", {}).get("kind", "real") not in SIZE_FREE_KINDS:
+            continue
+        if layout.is_overlapping(shape, lay["strides"]) or any(n > m for n, m in zip(shape, old["shape"])):
+            continue
+        view = _materialize(case, k)[tuple(slice(m - n if trailing else 0, m if trailing else n)
+                                           for n, m in zip(shape, old["shape"]))]
+        storage = torch.full((lay["storage_size"],), layout.guard_value(view.dtype), dtype=view.dtype)
+        storage.as_strided(shape, lay["strides"], lay["offset"]).copy_(view)
+        new["data"] = values.encode(storage)
+    return data
 
 
 def _reshaped(spec: dict, shape) -> dict:
@@ -506,14 +700,31 @@ def _with_geometry(case: Case, k: int, geometry: dict) -> dict:
     spec = copy.deepcopy(case.inputs[k])
     shape = spec["shape"]
     if "data" in spec:
-        old_view = _materialize(case, k)
-        storage = torch.full((geometry["storage_size"],), layout.guard_value(old_view.dtype), dtype=old_view.dtype)
-        storage.as_strided(shape, geometry["strides"], geometry["offset"]).copy_(old_view)
-        spec["data"] = values.encode(storage)
+        storage = _storage_for_geometry(case, k, geometry)
+        if storage is None:
+            del spec["data"]
+        else:
+            spec["data"] = values.encode(storage)
     spec["layout"] = {"classes": layout.layout_classes(shape, geometry["strides"], geometry["offset"],
                                                        geometry["storage_size"], bool(spec.get("mutated"))),
                       **geometry}
     return spec
+
+
+def _storage_for_geometry(case: Case, k: int, geometry: dict) -> torch.Tensor | None:
+    """Input `k`'s values in a storage of the new geometry; an aliasing view keeps its storage
+    elements when its strides stay (None when they change: its values are drawn afresh)."""
+    spec = case.inputs[k]
+    old_view = _materialize(case, k)
+    storage = torch.full((geometry["storage_size"],), layout.guard_value(old_view.dtype), dtype=old_view.dtype)
+    if not layout.is_overlapping(spec["shape"], geometry["strides"]):
+        storage.as_strided(spec["shape"], geometry["strides"], geometry["offset"]).copy_(old_view)
+        return storage
+    if geometry["strides"] != spec["layout"]["strides"]:
+        return None
+    old, covered = _storage_and_cover(case, k)
+    storage[layout.covered_mask(spec["shape"], geometry["strides"], geometry["offset"], geometry["storage_size"])] = old[covered]
+    return storage
 
 
 def _materialize(case: Case, k: int) -> torch.Tensor:
@@ -521,42 +732,167 @@ def _materialize(case: Case, k: int) -> torch.Tensor:
     return layout.materialize(case.inputs[k], int(vals.get("seed", 0)), k, bool(vals.get("special", False)))
 
 
+# -- values (module docstring, "Values") -------------------------------------------------------
+SIMPLEST_VALUES = (0.0, 1.0, -1.0, 0.5)
+SMALL_INTEGER = 4
+ELEMENT_LIMIT = 32
+CHUNK_PARTS = (2, 4, 8, 16)
+SIMPLIFIED_KINDS = ("real", "positive", "nonzero", "small", "index")
+SIZE_FREE_KINDS = ("real", "positive", "nonzero", "small", "bool")    # values that fit any shape
+
+
+@dataclasses.dataclass(frozen=True)
+class _Domain:
+    """The values an input may hold: every kind in `kinds` at once (`high`: an index's bound)."""
+
+    kinds: frozenset
+    high: int | None = None
+
+    def allows(self, x: torch.Tensor) -> torch.Tensor:
+        """Per element of `x`: finite and inside every kind."""
+        x = x.double()
+        ok = torch.isfinite(x)
+        if "positive" in self.kinds:
+            ok &= x > 0
+        if "nonzero" in self.kinds:
+            ok &= x != 0
+        if "small" in self.kinds:
+            ok &= x.abs() <= 1
+        if "index" in self.kinds:
+            ok &= (x >= 0) & (x < (self.high or 0)) & (x == torch.round(x))
+        return ok
+
+    def holds(self, x: torch.Tensor) -> bool:
+        """Every finite element of `x` is allowed (special values belong to every domain)."""
+        return bool((self.allows(x) | ~torch.isfinite(x.double())).all())
+
+    def simplest(self) -> float | None:
+        return next((c for c in SIMPLEST_VALUES if self.allows(torch.tensor(c))), None)
+
+
+def _value_domain(case: Case, k: int) -> _Domain | None:
+    """Input `k`'s own domain and the ones its readers need; None when its values stay as they are."""
+    spec = case.inputs[k]
+    domain = spec.get("domain", {})
+    kind = domain.get("kind", "real")
+    if kind not in SIMPLIFIED_KINDS or spec["dtype"] == "bool":
+        return None
+    needed = {OPERAND_DOMAINS.get(n["op"], {}).get(pos, "real") for n, pos in _uses(case.to_dict(), spec["name"])}
+    return _Domain(frozenset({kind} | needed), domain.get("high"))
+
+
 def _simplify_values(case: Case):
-    """Seed 0 and no special values, then explicit small values per float input."""
-    if case.values.get("seed", 0) != 0 or case.values.get("special"):
+    """Seed 0 without drawn special values, then simpler values per input: whole inputs, then
+    one element at a time for inputs of at most ELEMENT_LIMIT elements."""
+    drawn = any("data" not in spec for spec in case.inputs)
+    if drawn and (case.values.get("seed", 0) != 0 or case.values.get("special")):
         data = case.to_dict()
-        data["values"] = {"seed": 0, "special": False}
+        data["values"] = {**data["values"], "seed": 0, "special": False}
         yield _candidate(data)
-    for k, spec in enumerate(case.inputs):
-        kind = spec.get("domain", {}).get("kind", "real")
-        if not spec["dtype"].startswith(("float", "bfloat")) or kind not in SATISFIES:
+    for k in range(len(case.inputs)):
+        domain = _value_domain(case, k)
+        if domain is None or domain.simplest() is None:
             continue
-        if layout.is_overlapping(spec["shape"], spec["layout"]["strides"]):
-            continue      # aliasing views share storage elements: their values are not per element
-        view = _materialize(case, k)
-        for simple in _simple_values(view, kind):
-            if "data" in spec and torch.equal(simple, view):
-                continue
-            yield _with_values(case, k, simple)
+        storage, covered = _storage_and_cover(case, k)
+        old = storage[covered]
+        for new in _whole_input_values(old, domain):
+            yield _with_covered(case, k, storage, covered, new)
+        pieces = _element_values(old, domain) if old.numel() <= ELEMENT_LIMIT else _chunk_values(old, domain)
+        for new in pieces:
+            yield _with_covered(case, k, storage, covered, new)
 
 
-def _simple_values(view: torch.Tensor, kind: str) -> list:
-    """Constant, then rounded values, both inside the input's domain."""
-    constant = torch.full_like(view, 0.0 if kind in ("real", "small") else 1.0)
-    return [constant, _in_domain(torch.round(view.double()), view, kind),
-            _in_domain(torch.round(view.double() * 2) / 2, view, kind)]
+def _ladder(x: torch.Tensor, domain: _Domain) -> list:
+    """Simpler values for every element of `x`, simplest first, each allowed by `domain` (a
+    value it refuses falls back to the rung before): the simplest constant, the sign (0 near
+    zero), the integer within +-SMALL_INTEGER, the integer."""
+    x = x.double()
+    simplest = torch.full_like(x, domain.simplest())
+    rungs = [simplest]
+    integer = torch.round(x) + 0.0          # + 0.0: round(-0.3) is -0.0
+    for value in (torch.where(x.abs() < 0.5, 0.0, torch.sign(x)), integer.clamp(-SMALL_INTEGER, SMALL_INTEGER), integer):
+        rungs.append(torch.where(domain.allows(value), value, rungs[-1]))
+    return rungs
 
 
-def _in_domain(rounded: torch.Tensor, view: torch.Tensor, kind: str) -> torch.Tensor:
-    """Rounded values moved back into the input's value domain."""
-    if kind == "positive":
-        rounded = rounded.clamp(min=0.5)
-    elif kind == "nonzero":
-        half = torch.where(view < 0, -0.5, 0.5).double()
-        rounded = torch.where(rounded.abs() < 0.5, half, rounded)
-    elif kind == "small":
-        rounded = rounded.clamp(-1.0, 1.0)
-    return rounded.to(view.dtype)
+def _special(x: torch.Tensor) -> torch.Tensor:
+    """Per element: NaN, infinite, subnormal, or past the square root of the dtype's largest value."""
+    if not x.dtype.is_floating_point:
+        return torch.zeros_like(x, dtype=torch.bool)
+    info, wide = torch.finfo(x.dtype), x.double()
+    tiny = (wide != 0) & (wide.abs() < info.smallest_normal)
+    return ~torch.isfinite(wide) | tiny | (wide.abs() >= info.max ** 0.5)
+
+
+def _whole_input_values(old: torch.Tensor, domain: _Domain) -> list:
+    """The whole input at each rung, special values made ordinary (their sign rung), then kept;
+    last, only the special values made ordinary."""
+    simplest, unit, *rest = _ladder(old, domain)
+    special = _special(old)
+    found = [_cast(simplest, old)]
+    for rung in (unit, *rest):
+        found += [_cast(torch.where(special, unit, rung), old), _mixed(special, old, rung)]
+    found.append(_mixed(~special, old, unit))
+    return found
+
+
+def _element_values(old: torch.Tensor, domain: _Domain):
+    """One element at a time, each at each rung of its ladder that changes its bits."""
+    rungs = [_cast(rung, old) for rung in _ladder(old, domain)]
+    for e in range(old.numel()):
+        tried = [old[e]]
+        for rung in rungs:
+            if not any(_same_bits(rung[e], t) for t in tried):
+                tried.append(rung[e])
+                new = old.clone()
+                new[e] = rung[e]
+                yield new
+
+
+def _chunk_values(old: torch.Tensor, domain: _Domain):
+    """Inputs too large to go one element at a time: halves, quarters, ... (CHUNK_PARTS), each
+    chunk at the simplest constant, then rounded to integers with its special values kept."""
+    simplest, *_, integer = _ladder(old, domain)
+    special = _special(old)
+    for parts in CHUNK_PARTS:
+        for chunk in torch.arange(old.numel()).tensor_split(parts):
+            inside = torch.zeros_like(special)
+            inside[chunk] = True
+            yield _mixed(~inside, old, simplest)
+            yield _mixed(~inside | special, old, integer)
+
+
+def _cast(values_: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return values_.to(like.dtype)
+
+
+def _mixed(keep: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """`old`'s own bits where `keep`, `new` elsewhere."""
+    return torch.where(keep, old, _cast(new, old))
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if not a.dtype.is_floating_point:
+        return bool(a == b)
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return bool(a.reshape(1).view(bits) == b.reshape(1).view(bits))
+
+
+def _storage_and_cover(case: Case, k: int):
+    """Input `k`'s storage and which of its elements the view covers."""
+    spec = case.inputs[k]
+    lay = spec["layout"]
+    storage = layout.storage_of(_materialize(case, k))[: lay["storage_size"]].clone()
+    return storage, layout.covered_mask(spec["shape"], lay["strides"], lay["offset"], lay["storage_size"])
+
+
+def _with_covered(case: Case, k: int, storage: torch.Tensor, covered: torch.Tensor, new: torch.Tensor) -> Case:
+    """`case` with input `k`'s covered storage elements set to `new` (explicit values, bit for bit)."""
+    data = case.to_dict()
+    storage = storage.clone()
+    storage[covered] = new
+    data["inputs"][k]["data"] = values.encode(storage)
+    return _candidate(data)
 
 
 def _with_values(case: Case, k: int, view: torch.Tensor) -> Case:
@@ -586,8 +922,32 @@ def _raise_precision(case: Case):
     yield _candidate(data)
 
 
+def _pinned(case: Case) -> Case:
+    """`case` with every input's values written out, bit for bit as drawn."""
+    data = case.to_dict()
+    for k, spec in enumerate(data["inputs"]):
+        if "data" not in spec:
+            spec["data"] = values.encode(_storage_and_cover(case, k)[0])
+    return _candidate(data) or case
+
+
+def _settled(case: Case) -> Case:
+    """The minimal case as stored: every input's values explicit, and `special` true iff a
+    float input holds NaN or an infinity (the flag only steers drawn values: no bit changes)."""
+    pinned = _pinned(case)
+    data = pinned.to_dict()
+    data["values"] = {**data["values"], "special": _holds_nonfinite(pinned)}
+    return _candidate(data) or pinned
+
+
+def _holds_nonfinite(case: Case) -> bool:
+    views = (_materialize(case, k) for k in range(len(case.inputs)))
+    return any(v.dtype.is_floating_point and not bool(torch.isfinite(v).all()) for v in views)
+
+
 # -- reduce, then bucket ---------------------------------------------------------------------
 DEFAULT_BUDGET_S = 60.0
+
 
 
 @dataclasses.dataclass
@@ -619,8 +979,9 @@ class ReduceThenBucket:
 
     The minimal case gives the first divergent op (every intermediate as an output, compared
     against float64) and the trigger (the layout and dtype features whose ablation makes the
-    failure vanish). Results are cached by case hash and route, and by the failure's raw
-    signature within a run: a failure already reduced costs nothing the second time.
+    failure vanish). Results are cached by case hash and route, and within a run by the
+    failure's raw signature with the layout and value classes of its case (raw_key): a failure
+    already reduced costs nothing the second time.
     """
 
     def __init__(self, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S, cache_path: str | None = None):
@@ -628,13 +989,23 @@ class ReduceThenBucket:
         self.by_case: dict = _load_cache(cache_path)
         self.by_raw: dict = {}
 
+    @classmethod
+    def of_checker(cls, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S) -> "ReduceThenBucket":
+        """The one refiner of `checker` in this process, so that a failure reduced to be matched
+        against the known bugs (run.runner) is not reduced again at session end (refine_verdicts)."""
+        refiner = _REFINERS.get(checker)
+        if refiner is None:
+            refiner = _REFINERS[checker] = cls(checker, budget_s=budget_s)
+        refiner.budget_s = budget_s
+        return refiner
+
     def refine(self, verdict) -> dict:
         """The record fields (results.record.Record field -> value) of a new failure's reduction."""
         if not verdict.failed or not verdict.kind.reducible:
             return {}
         raw = verdict.signature
         key = f"{verdict.route}|{verdict.case.case_id}"
-        found = self.by_case.get(key) or self.by_raw.get(raw)
+        found = self.by_case.get(key) or self.by_raw.get(raw_key(verdict))
         if found is None:
             try:
                 found = self._reduce_and_classify(verdict)
@@ -643,7 +1014,7 @@ class ReduceThenBucket:
                 # killed from outside): kept as found, in its raw bucket, and the run goes on.
                 # Not cached: a later failure in the bucket may reproduce and be reduced.
                 return dict(reduce_error=str(exc))
-            self.by_case[key] = self.by_raw[raw] = found
+            self.by_case[key] = self.by_raw[raw_key(verdict)] = found
             _save_cache(self.cache_path, self.by_case)
         verdict.refined, fields = reduction_of(found)
         return dict(fields, raw_bucket=classify_bucket(raw))
@@ -653,47 +1024,87 @@ class ReduceThenBucket:
         result = reduce_case(verdict.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
                              checkers=[self.checker], key=signatures.reduction_key, budget_s=self.budget_s)
         minimal = self.checker.check(result.reduced, verdict.route)
-        signature = minimal.signature
-        first_op, trigger = None, []
-        if minimal.failed and minimal.kind.value_failure:
-            first_op = self._first_divergent_op(minimal)
-            trigger = self._trigger(minimal)
-            kind = minimal.kind
-            if not minimal.case.nodes:   # no op left: a NaN is only what was read, like any wrong value
-                kind = kind.reduces_as
-            signature = signatures.refined_signature(verdict.route, kind, first_op, trigger)
-        elif minimal.failed and minimal.kind != Kind.TIMEOUT:
-            # An error that vanishes with a layout feature (an index read through the wrong
-            # strides, say) is that layout's bug: the trigger keeps two such bugs apart even
-            # where the error they end in reads the same. A hang is not ablated: each try
-            # would cost a timeout.
-            trigger = self._trigger(minimal)
-            signature = signatures.with_trigger(minimal.signature, trigger)
+        signature, first_op, trigger = self._cause(minimal, verdict)
         refinement = Refinement(signature or verdict.signature, result.reduced.to_dict(), first_op, trigger,
                                 time.perf_counter() - started, result.runs + 1,
                                 minimal.artifact_dir if minimal.artifacts else None,
                                 minimal.bucket if minimal.failed else None)
         return reduction_entry(refinement.signature, refinement.fields())
 
-    def _first_divergent_op(self, minimal) -> str | None:
-        """The op whose value diverges first; the failing output's own op when the run with
-        every intermediate as an output does not fail on an output."""
+    def _cause(self, minimal, verdict) -> tuple:
+        """(cause signature, first divergent op, trigger) of the minimal case's failure
+        (signatures: cause signatures); (None, None, []) when it no longer fails."""
+        if not minimal.failed:
+            return None, None, []
+        if minimal.kind == Kind.TIMEOUT:
+            # A hang is not ablated: each try would cost a timeout.
+            return (signatures.hang_signature(minimal.route, minimal.case), None,
+                    sorted(signatures.hang_features(minimal.case)))
+        if not minimal.kind.value_failure:
+            if signatures.reduction_key(minimal) != signatures.reduction_key(verdict):
+                # The minimal case fails with another error than the one triaged (a worker
+                # whose earlier failed compile left a stale program raises NameError
+                # __compiled_fn_... for the same graph): the error seen first names it.
+                return signatures.with_trigger_or_any(verdict.signature, []), None, []
+            # An error that vanishes with a layout feature (an index read through the wrong
+            # strides, say) is that layout's bug: the trigger keeps two such bugs apart even
+            # where the error they end in reads the same.
+            trigger = self._trigger(minimal)
+            return signatures.with_trigger_or_any(minimal.signature, trigger), None, trigger
+        trigger = self._trigger(minimal)
+        node = self._first_divergent_node(minimal)
+        first_op = node["op"] if node else minimal.op
+        op_is_cause = node is not None and self._op_is_cause(minimal, node)
+        # No op that diverges, or one a neutral op can stand in for: the input is read wrong,
+        # and a NaN is only what the op made of it (one bug, whichever op showed it).
+        kind = minimal.kind if op_is_cause else minimal.kind.reduces_as
+        op = first_op if op_is_cause else signatures.ANY_OP
+        return signatures.refined_signature(minimal.route, kind, op, trigger), first_op, trigger
+
+    def _first_divergent_node(self, minimal) -> dict | None:
+        """The node whose value diverges first; for a wrong input storage (or when the run with
+        every intermediate as an output does not fail on an output), the first node of the
+        failing op."""
         try:
             wide, refs = signatures.intermediates_as_outputs(minimal.case)
+            node = signatures.first_divergent_node(wide, self.checker.check(wide, minimal.route), refs)
         except CaseError:
-            return minimal.op
-        node = signatures.first_divergent_node(wide, self.checker.check(wide, minimal.route), refs)
-        return node["op"] if node else minimal.op
+            node = None
+        return node or next((n for n in minimal.case.nodes if n["op"] == minimal.op), None)
+
+    def _op_is_cause(self, minimal, node) -> bool:
+        """False when a neutral op in the first divergent node's place fails the same way: the
+        layout, dtype or value trigger is the cause, and the op only what read it."""
+        key = signatures.reduction_key(minimal)
+        return not any(signatures.reduction_key(self.checker.check(candidate, minimal.route)) == key
+                       for candidate in neutral_substitutes(minimal.case, node))
 
     def _trigger(self, minimal) -> list:
         """Features of the minimal case without which the failure vanishes."""
         key = signatures.reduction_key(minimal)
         features = set()
-        for feature, candidate in ablations(minimal.case):
-            if feature not in features and signatures.reduction_key(self.checker.check(candidate, minimal.route)) != key:
+        for feature, variants in ablations(minimal.case):
+            if feature not in features and all(signatures.reduction_key(self.checker.check(v, minimal.route)) != key
+                                               for v in variants):
                 features.add(feature)
         features.update(symptoms(self.checker, minimal))
         return sorted(features)
+
+
+_REFINERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def raw_key(verdict) -> str:
+    """What a failure's reduction is reused for within a run: its raw signature, dtype, the
+    layout classes and the value classes its inputs hold. The raw signature alone names only the
+    failing op, so an argmax over a NaN and an Inf would take the reduction of an argmax over a
+    permuted input, and be that bug."""
+    case = verdict.case
+    classes = set()
+    for k, spec in enumerate(case.inputs):
+        if spec["dtype"].startswith(("float", "bfloat")):
+            classes.update(_value_classes(_materialize(case, k)))
+    return "|".join([verdict.signature, case.dtype, "+".join(case.layouts), "+".join(sorted(classes))])
 
 
 def classify_bucket(signature: str | None) -> str | None:
@@ -701,8 +1112,21 @@ def classify_bucket(signature: str | None) -> str | None:
 
 
 def ablations(case: Case):
-    """(feature, case without it) for each layout or dtype feature of `case`'s inputs."""
+    """(feature, [cases without it]) for each layout, dtype or value-class feature of `case`'s
+    inputs: the feature is needed when the failure vanishes in every one of the cases."""
+    for feature, candidate in _single_ablations(case):
+        yield feature, [candidate]
+    yield from value_ablations(case)
+
+
+def _single_ablations(case: Case):
     for k, spec in enumerate(case.inputs):
+        if spec.get("mutated") and not _is_written(case, spec["name"]):
+            data = case.to_dict()
+            data["inputs"][k]["mutated"] = False
+            candidate = _candidate(data)
+            if candidate is not None and _is_valid(candidate):
+                yield "inout", candidate
         for feature, geometry in _input_ablations(spec):
             data = case.to_dict()
             data["inputs"][k] = _with_geometry(case, k, geometry)
@@ -712,6 +1136,104 @@ def ablations(case: Case):
     for candidate in _raise_precision(case):
         if candidate is not None and _is_valid(candidate):
             yield case.dtype, candidate
+
+
+# A special value's elements (NaN, Inf, subnormal) are replaced by this ordinary value (inside
+# every value domain); negative values are shifted up to it (_without).
+PLAIN_VALUE = 1.0
+
+
+def value_ablations(case: Case):
+    """(value class, [cases without it]) for each of NaN, Inf, subnormal and negative values
+    that a float input's view holds, then 'negative' again for negative integer attributes (a
+    shift, a dim counted from the end) made positive. Negative values are taken away two ways
+    (_without): a failure that needs their sign vanishes in both, one that needs their order
+    or their magnitude only in one."""
+    for k, spec in enumerate(case.inputs):
+        if not spec["dtype"].startswith(("float", "bfloat")) or layout.is_overlapping(spec["shape"], spec["layout"]["strides"]):
+            continue      # aliasing views share storage elements: their values are not per element
+        view = _materialize(case, k)
+        for value_class, where in _value_classes(view).items():
+            variants = [_with_values(case, k, new) for new in _without(value_class, where, view)]
+            variants = [c for c in variants if c is not None and _is_valid(c)]
+            if variants:
+                yield value_class, variants
+    candidate = _without_negative_attrs(case)
+    if candidate is not None and _is_valid(candidate):
+        yield "negative", [candidate]
+
+
+def _without(value_class: str, where: torch.Tensor, view: torch.Tensor) -> list:
+    """Views without the value class at `where`: special values made PLAIN_VALUE; negative
+    values made their magnitude (magnitudes kept), and every finite value shifted up by the
+    same amount (their order kept: what an argmax, a sort or a max reads)."""
+    if value_class != "negative":
+        return [torch.where(where, torch.tensor(PLAIN_VALUE, dtype=view.dtype), view)]
+    finite = torch.isfinite(view)
+    shift = PLAIN_VALUE - view[finite].double().min().item()
+    return [torch.where(where, view.abs(), view), torch.where(finite, (view.double() + shift).to(view.dtype), view)]
+
+
+def _value_classes(view: torch.Tensor) -> dict:
+    """value class (signatures.VALUE_CLASSES) -> mask of the elements of `view` in it, for those present."""
+    tiny = torch.finfo(view.dtype).tiny
+    masks = {"nan": torch.isnan(view), "inf": torch.isinf(view),
+             "subnormal": (view != 0) & (view.abs() < tiny), "negative": torch.isfinite(view) & (view < 0)}
+    return {name: mask for name, mask in masks.items() if bool(mask.any())}
+
+
+def _without_negative_attrs(case: Case):
+    """`case` with every negative integer attribute (alone or in a list) made positive; None
+    when it has none."""
+    data = case.to_dict()
+    changed = False
+    for node in data["nodes"]:
+        for name, value in node["attrs"].items():
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                node["attrs"][name], changed = -value, True
+            elif isinstance(value, list) and any(isinstance(v, int) and not isinstance(v, bool) and v < 0 for v in value):
+                node["attrs"][name], changed = [abs(v) if isinstance(v, int) else v for v in value], True
+    return _candidate(data) if changed else None
+
+
+# -- is the first divergent op part of the cause? ------------------------------------------------
+# Neutral ops that read their operands whole and compute nothing a compiler could get wrong
+# on its own: a failure that survives one of them in the divergent op's place is the trigger's.
+NEUTRAL_UNARY = ("neg", "contiguous")
+NEUTRAL_BINARY = "add"
+NEUTRAL_INPLACE = ("add_", "copy_")
+
+
+def neutral_substitutes(case: Case, node: dict):
+    """Valid cases with `node` replaced by a neutral op over its operands (the same id, so its
+    uses stay); a non-mutating node becomes the only output."""
+    seen = {case.case_id}
+    for op, args, attrs in _neutral_nodes(node):
+        data = case.to_dict()
+        target = next(n for n in data["nodes"] if n["id"] == node["id"])
+        target.update(op=op, args=args, attrs=attrs)
+        if not get_op(op).mutates:
+            data["outputs"] = [node["id"]]
+        candidate = _candidate(data)
+        candidate = _tidy(candidate) if candidate is not None else None
+        if candidate is not None and candidate.case_id not in seen and _is_valid(candidate):
+            seen.add(candidate.case_id)
+            yield candidate
+
+
+def _neutral_nodes(node: dict) -> list:
+    """(op, args, attrs) of the neutral nodes that may stand in for `node` (not itself)."""
+    args = list(dict.fromkeys(node["args"]))
+    if get_op(node["op"]).mutates:
+        view = {"view": node["attrs"].get("view")}
+        target = node["args"][0]
+        found = [(op, [target, source], view) for op in NEUTRAL_INPLACE for source in node["args"][1:]]
+        found.append((NEUTRAL_INPLACE[0], [target, target], view))     # x.add_(x): no other operand needed
+    else:
+        found = [(op, [a], {}) for a in args for op in NEUTRAL_UNARY[:1]]
+        found += [(NEUTRAL_BINARY, [args[0], args[min(1, len(args) - 1)]], {})] if args else []
+        found += [(op, [a], {}) for a in args for op in NEUTRAL_UNARY[1:]]
+    return [(op, a, k) for op, a, k in found if (op, a) != (node["op"], node["args"])]
 
 
 def _input_ablations(spec: dict) -> list:
@@ -745,9 +1267,9 @@ def _dense_geometry(shape, strides, offset: int) -> dict:
 
 def symptoms(checker: Checker, verdict) -> set:
     """Features read from the failure itself: 'inout' when a mutated input's storage is
-    wrong, 'unwritten' when the route left it as it was (a write lost, not a wrong value)."""
-    where = verdict.where or ""
-    name = where.split()[1] if where.startswith("input ") else None
+    wrong (seen on the input, or on an output that is an in-place op's result), 'unwritten'
+    when the route left it as it was (a write lost, not a wrong value)."""
+    name = _written_input(verdict.case, verdict.where or "")
     position = next((k for k, s in enumerate(verdict.case.inputs) if s["name"] == name), None)
     if position is None or not verdict.case.inputs[position].get("mutated"):
         return set()
@@ -759,6 +1281,18 @@ def symptoms(checker: Checker, verdict) -> set:
         return {"inout"}
     unwritten = torch.equal(final[covered], initial[covered]) and not torch.equal(eager[covered], initial[covered])
     return {"inout", "unwritten"} if unwritten else {"inout"}
+
+
+def _written_input(case: Case, where: str) -> str | None:
+    """The input a failure at `where` ("input x0", "output 1") is seen on: the input itself, or
+    the input an output's in-place op wrote (None otherwise)."""
+    if where.startswith("input "):
+        return where.split()[1]
+    if not where.startswith("output "):
+        return None
+    ref = case.outputs[int(where.split()[1])]
+    node = next((n for n in case.nodes if n["id"] == ref), None)
+    return node["args"][0] if node is not None and get_op(node["op"]).mutates else None
 
 
 def _route_storage(checker: Checker, case: Case, route: str, position: int):
@@ -797,7 +1331,7 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
     worker its own, in parallel, on its warm workers); one JSON line per verdict into
     `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements."""
     import json
-    refiner = ReduceThenBucket(checker, budget_s=budget_s)
+    refiner = ReduceThenBucket.of_checker(checker, budget_s=budget_s)
     lines = []
     for verdict in verdicts:
         fields = refiner.refine(verdict)

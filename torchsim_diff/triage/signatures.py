@@ -20,7 +20,18 @@ _PATTERNS = [
     # take_along_dim's "INDICES element is out of DATA bounds"): one symptom.
     (re.compile(r"(?:IndexError|RuntimeError): [^|\n]*?\b(?:index|INDICES)\b[^|\n]*?"
                 r"\bout of (?:range|bounds|DATA bounds)\b[^|\n]*"), "index out of bounds"),
+    # A run folder named relative to where the run started (reports/run1/artifacts/...): a
+    # word path of two or more separators, or one that names a file by its extension.
+    (re.compile(r"(?<![\w.\-+@/])[\w.\-+@]+(?:/[\w.\-+@]+){2,}/?"
+                r"|(?<![\w.\-+@/])[\w\-+@]+/[\w.\-+@/]*\.(?:py|cpp|json|ll|mlir|s|o|elf|so|txt)\b"),
+     "<path>"),
     (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.\-+@]+)+/?"), "<path>"),
+    # Dynamo names each compiled frame __compiled_fn_<counter>_<random uuid>.
+    (re.compile(r"__compiled_fn_\w+"), "__compiled_fn_<n>"),
+    # Random ids (uuid4 hex, temp-file suffixes): hex runs of 6+ holding a digit and a letter.
+    (re.compile(r"(?<![A-Za-z0-9])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,}(?:-[0-9a-f]{4,})*(?![A-Za-z0-9])"),
+     "<id>"),
+    (re.compile(r"\btmp[a-z0-9_]{6,}\b"), "tmp<id>"),
     # Inductor's generated kernel names spell out the fused ops: one bug, many names.
     (re.compile(r"\b(?:triton|cpp|pytorchsim_triton_compiler|triton_npu)_(?:poi|per|red|tem|for|fused)\w*"), "<kernel>"),
     (re.compile(r"0x[0-9a-fA-F]+"), "<addr>"),
@@ -126,11 +137,6 @@ def op_key(op: str | None) -> str:
     return f"{family}:*" if family in KERNEL_FAMILIES else (op or "?")
 
 
-def with_trigger(signature_text: str, trigger) -> str:
-    """An error's signature with the layout or dtype features it needs (unchanged when none)."""
-    return f"{signature_text}|{'+'.join(sorted(trigger))}" if trigger else signature_text
-
-
 def refined_signature(route: str, kind: Kind | str, first_op: str | None, trigger) -> str:
     """route|kind|first divergent op|trigger features ('any' when no single feature is needed)."""
     return f"{route}|{Kind(kind).value}|{op_key(first_op)}|{'+'.join(sorted(trigger)) or 'any'}"
@@ -195,3 +201,54 @@ def ranked_buckets(records) -> list:
 
 def _jaccard(a: set, b: set) -> float:
     return 1.0 - len(a & b) / max(len(a | b), 1)
+
+
+# -- cause signatures: what a known bug is matched by ---------------------------------------------
+# A reduced failure's signature names its cause: route|kind|what|trigger, where `what` is the
+# first divergent op (ANY_OP when a neutral op in its place fails the same way: the trigger is
+# the cause, seen through whichever op read it), the normalised message of an error, or the
+# ops of a hang's minimal case; and `trigger` the features without which it vanishes (layout,
+# dtype, the value classes NaN/Inf/subnormal/negative (values or integer attributes), the
+# symptoms of a write), 'any' when none. The
+# trigger part is always there, so a raw signature (route|kind|op|place or route|kind|message)
+# is never a cause signature: nothing is known before it is reduced.
+ANY_OP = "*"
+VALUE_CLASSES = ("nan", "inf", "subnormal", "negative")
+
+
+def with_trigger_or_any(signature_text: str, trigger) -> str:
+    """An error's cause signature: its minimal case's signature and its trigger ('any' when none)."""
+    return f"{signature_text}|{'+'.join(sorted(trigger)) or 'any'}"
+
+
+def hang_signature(route: str, case) -> str:
+    """route|timeout|the minimal case's ops|the shape and layout features it holds. A hang is
+    not ablated (each try costs a timeout), so what its minimal case still holds names it."""
+    ops = ",".join(sorted({op_key(n["op"]) for n in case.nodes})) or "no-op"
+    return f"{route}|{Kind.TIMEOUT.value}|{ops}|{'+'.join(sorted(hang_features(case))) or 'any'}"
+
+
+_STRIDED_CLASSES = {"transposed", "sliced", "channels_last"}
+
+
+def hang_features(case) -> set:
+    """The features a hang's minimal case holds, in the ablation's words: 0d (a 0-d input),
+    strided, broadcast, offset, inout, and a half-precision dtype."""
+    found = set()
+    for spec in case.inputs:
+        classes = set(spec["layout"].get("classes", []))
+        if not spec["shape"]:
+            found.add("0d")
+        if classes & _STRIDED_CLASSES:
+            found.add("strided")
+        found.update(classes & {"broadcast", "offset"})
+        if spec.get("mutated"):
+            found.add("inout")
+    if case.dtype in ("float16", "bfloat16"):
+        found.add(case.dtype)
+    return found
+
+
+def on_route(signature_text: str, route: str) -> str:
+    """The same signature on another route (a planted route compared with a real route's entries)."""
+    return f"{route}|{signature_text.split('|', 1)[1]}"

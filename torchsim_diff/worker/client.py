@@ -7,9 +7,11 @@ before the next case, so the campaign goes on. A worker that dies while starting
 started again for the next case. Restarts are capped as pytest-xdist caps them: after
 MAX_CRASHES_IN_A_ROW crashes that took the worker down with no case completing in between,
 the route is abandoned with one line on stderr and its remaining cases are skipped; the
-crashes stay findings. A crash the route reports from a live worker (a Spike trap) restarts
-nothing and is not counted: Hypothesis draws runs of similar cases, and five traps of one
-bug in a row once ended a triton-spike campaign at its 900th case of 2,000.
+crashes stay findings. Only fresh cases count: runs made while triaging a failure (reducing a
+crash re-runs it dozens of times) neither count nor clear the count. A crash the route
+reports from a live worker (a Spike trap) restarts nothing and is not counted: Hypothesis
+draws runs of similar cases, and five traps of one bug in a row once ended a triton-spike
+campaign at its 900th case of 2,000.
 
 A worker killed from outside (someone's `kill -9`, a SIGTERM meant for another process) is
 no finding: see `collect` for how such a death is told from a crash of the route's own.
@@ -92,6 +94,7 @@ class RouteWorker:
         self.restarts = 0
         self.max_crashes = max_crashes or MAX_CRASHES_IN_A_ROW
         self.crashes_in_a_row = 0
+        self.triaging = False          # runs of triage (run.checker.Checker.triage_runs): not counted
         self.start_failed = False
         self.abandoned: str | None = None
         self.stopping = False             # set by stop(): no more starts, no more cases
@@ -244,6 +247,8 @@ class RouteWorker:
         # only a crash that took the worker down costs a restart: a crash the route reports
         # from a live worker (a Spike trap in the simulated program) is a finding like any other
         took_worker_down = outcome.kind == Kind.CRASH.value and not self.alive()
+        if self.triaging:      # reducing a crash re-runs it: only fresh cases count towards the cap
+            return outcome
         return self._crashed(outcome) if took_worker_down else self._survived(outcome)
 
     def _outcome_of(self, pending: "Pending") -> Outcome:

@@ -1,0 +1,79 @@
+"""Exact values everywhere: every float a case holds (-0.0, NaN, ±Inf, subnormals, the
+largest finite value) comes back bit for bit from case JSON and from the text of repro.py."""
+import ast
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.conftest import make_case
+from torchsim_diff.case import layout, values
+from torchsim_diff.case.graph import Case
+from torchsim_diff.report.bundles import render_script
+from torchsim_diff.results.record import Record
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+INT_DTYPES = {"int32": torch.int32, "int64": torch.int64}
+BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+        torch.float64: torch.int64, torch.int32: torch.int32, torch.int64: torch.int64}
+
+
+def special_values(dtype: torch.dtype) -> torch.Tensor:
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        return torch.tensor([0, 1, -1, info.max, info.min, info.max - 1], dtype=dtype)
+    info = torch.finfo(dtype)
+    subnormal = info.smallest_normal / 8
+    numbers = [-0.0, 0.0, float("nan"), float("inf"), float("-inf"), subnormal, -subnormal, info.smallest_normal,
+               info.max, -info.max, info.eps, 1 / 3, -71.2, 3.8147e-06]
+    return torch.tensor(numbers, dtype=torch.float64).to(dtype)
+
+
+def explicit_case(dtype_name: str) -> tuple:
+    dtype = layout.dtype_of(dtype_name)
+    data = special_values(dtype)
+    n = data.numel()
+    case = make_case([{"id": "v0", "op": "neg", "args": ["x0"], "attrs": {}}],
+                     [("x0", [n], [1], 0, n, {"dtype": dtype_name})], ["v0"], dtype=dtype_name)
+    spec = case.to_dict()
+    spec["inputs"][0]["data"] = values.encode(data)
+    return Case.from_dict(spec), data
+
+
+def bits(x: torch.Tensor) -> list:
+    return x.contiguous().view(BITS[x.dtype]).tolist()
+
+
+@pytest.mark.parametrize("dtype_name", [*FLOAT_DTYPES, *INT_DTYPES])
+def test_case_json_keeps_every_value_bit_exact(dtype_name):
+    case, data = explicit_case(dtype_name)
+    again = Case.from_json(case.to_json())
+    view = layout.materialize(again.inputs[0], 0, 0, False)
+    assert bits(view) == bits(data)
+
+
+def _inputs_of_script(script: str) -> str:
+    """The script's imports of torch and its `inputs` function, and a line printing the
+    bits of what inputs() builds: repro.py's values as a maintainer's Python reads them."""
+    tree = ast.parse(script)
+    inputs = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "inputs")
+    return "\n".join(["import json, torch", ast.get_source_segment(script, inputs),
+                      "x = inputs()[0]",
+                      f"print(json.dumps(x.contiguous().view({{{', '.join(_bits_map())}}}[x.dtype]).tolist()))"])
+
+
+def _bits_map() -> list:
+    return [f"torch.{str(k).split('.')[1]}: torch.{str(v).split('.')[1]}" for k, v in BITS.items()]
+
+
+@pytest.mark.parametrize("dtype_name", [*FLOAT_DTYPES, *INT_DTYPES])
+def test_repro_py_text_keeps_every_value_bit_exact(dtype_name):
+    case, data = explicit_case(dtype_name)
+    record = Record.from_dict({"route": "inductor", "status": "fail", "kind": "wrong_values", "bucket": "b",
+                               "case_id": case.case_id, "ops": ["neg"], "case": case.to_dict()})
+    script = render_script(record, case)
+    done = subprocess.run([sys.executable, "-c", _inputs_of_script(script)], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert json.loads(done.stdout) == bits(data)

@@ -1,0 +1,144 @@
+"""NEW means real: a new bucket is NEW only when its bundle's repro.py reproduces it in a
+fresh process and its case fails again when replayed; campaigns say honestly what ran."""
+import json
+import os
+
+import pytest
+
+from torchsim_diff.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNTESTED, build_parser, main
+from torchsim_diff.results.jsonl import read_records
+from torchsim_diff.triage.bucket_history import BucketStore
+
+FUZZ = ["fuzz", "--max-examples", "3", "--ops", "relu", "--no-reduce"]
+
+
+def _fuzz(tmp_path, route: str, capsys) -> tuple:
+    history = str(tmp_path / "history.sqlite")
+    code = main([*FUZZ, "--routes", route, "--out", str(tmp_path / "run"), "--buckets", history])
+    failing = [r for r in read_records(str(tmp_path / "run" / "results.jsonl")) if r.failed]
+    return code, capsys.readouterr().out, failing, BucketStore(history).buckets
+
+
+def test_a_bug_whose_repro_reproduces_is_new_with_its_bundle(tmp_path, double_routes, capsys):
+    code, printed, failing, history = _fuzz(tmp_path, "double-wrong-element", capsys)
+    assert code == EXIT_FINDINGS and failing
+    assert set(history) == {failing[0].bucket}
+    assert "NEW" in printed and "Unconfirmed" not in printed
+    assert os.path.exists(tmp_path / "run" / "bundles" / failing[0].bucket / "repro.py")
+
+
+def test_a_bug_its_repro_does_not_reproduce_is_unconfirmed_never_new(tmp_path, double_routes, capsys):
+    """The route is wrong only in a worker that ran earlier cases: the campaign's replays
+    fail too, but repro.py, a fresh process running the case alone, prints FIXED."""
+    code, printed, failing, history = _fuzz(tmp_path, "double-wrong-when-warm", capsys)
+    assert failing, "the double should fail on the campaign's second and third case"
+    assert code == EXIT_CLEAN
+    assert history == {}, "an unconfirmed bucket stays out of the history, to be checked again"
+    assert "Unconfirmed buckets (1)" in printed and "repro.py exits 0" in printed
+    kept = json.loads((tmp_path / "run" / "self_check.json").read_text())
+    assert [(c["confirmed"], c["reason"].split(":")[0]) for c in kept.values()] == [(False, "its repro.py exits 0, not 1")]
+    rows = [line.split() for line in printed.splitlines() if failing[0].bucket in line]
+    assert any("unconfirmed" in row for row in rows) and not any("NEW" in row for row in rows)
+
+
+def test_a_failure_that_does_not_fail_again_is_a_flake_and_the_campaign_goes_on(tmp_path, double_routes, capsys):
+    code, printed, failing, history = _fuzz(tmp_path, "double-wrong-on-first-sight", capsys)
+    records = list(read_records(str(tmp_path / "run" / "results.jsonl")))
+    assert len(records) == 3 and len(failing) == 3, "every case ran, each failing on first sight"
+    assert code == EXIT_CLEAN and history == {}
+    assert "flaky" in printed and "did not fail" in printed
+
+
+def test_a_route_that_could_not_be_tested_has_its_own_exit_status(tmp_path, double_routes, capsys):
+    code = main(["fuzz", "--routes", "eager,double-unavailable", "--max-examples", "2",
+                 "--out", str(tmp_path / "run"), "--buckets", "none"])
+    assert code == EXIT_UNTESTED
+    assert "2 cases (2 route runs, 2 skipped)" in capsys.readouterr().out
+
+
+def test_exit_statuses_are_documented_in_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for status in ("0 clean", "1 confirmed findings", "3 no confirmed finding but a route could not be tested"):
+        assert status in text
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--budget", "10m"], "unbounded"),
+    (["--budget", "10m", "--max-examples", "7"], 7),
+    ([], 100),
+])
+def test_budget_alone_lifts_the_case_count(argv, expected):
+    from torchsim_diff.cli import UNBOUNDED_EXAMPLES, _max_examples
+    args = build_parser().parse_args(["fuzz", *argv])
+    assert _max_examples(args) == (UNBOUNDED_EXAMPLES if expected == "unbounded" else expected)
+
+
+def test_an_error_in_a_visitor_is_raised_as_itself_never_replayed_as_flaky():
+    from torchsim_diff.generate.draws import for_each_case
+    from torchsim_diff.generate.strategies import cases
+    visited = []
+
+    def visit(case):
+        visited.append(case.case_id)
+        if len(visited) == 2:
+            raise ValueError("harness error in handling a result")
+
+    with pytest.raises(ValueError, match="harness error"):
+        for_each_case(cases(dtype="float32", max_nodes=2), seed_value=3, count=5, visit=visit)
+    assert len(visited) == 2, "Hypothesis replayed the case that raised"
+
+
+def test_an_error_in_triage_stays_on_its_own_case(tmp_path, double_routes):
+    from tests.conftest import make_case
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.run.runner import CaseRunner
+
+    class BrokenReducer:
+        def refine(self, verdict):
+            raise RuntimeError("reducer bug")
+
+    case = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    with Checker(out_dir=str(tmp_path)) as checker:
+        verdict, record = CaseRunner(checker, reducer=BrokenReducer()).run(case, "double-wrong-element")
+    assert verdict.failed and record.failed
+    assert record.reduce_error == "triage failed: RuntimeError: reducer bug"
+
+
+def test_only_fresh_cases_count_towards_abandoning_a_route(tmp_path, double_routes):
+    """Triage re-runs of a crash (reduction, self-check replays) neither count nor clear the count."""
+    from tests.conftest import make_case
+    from torchsim_diff.worker.client import RouteWorker
+    odd = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"], seed=1)
+    worker = RouteWorker("double-segfault", work_root=str(tmp_path), max_crashes=2)
+    try:
+        run = lambda: worker.run(odd.to_dict(), odd.program_source(), str(tmp_path / "a"))  # noqa: E731
+        assert run().kind == "crash" and worker.crashes_in_a_row == 1
+        worker.triaging = True
+        for _ in range(2):
+            run()
+        assert worker.crashes_in_a_row == 1 and not worker.abandoned
+        worker.triaging = False
+        run()
+        assert worker.abandoned, "two fresh crashes in a row abandon the route at max_crashes=2"
+    finally:
+        worker.close()
+
+
+def test_lazy_draws_give_the_first_cases_in_order_and_stop_when_closed():
+    from torchsim_diff.generate.draws import LazyCases, first_cases
+    from torchsim_diff.generate.strategies import cases
+    strategy = cases(dtype="float32", max_nodes=2)
+    expected = [c.case_id for c in first_cases(strategy, seed_value=5, count=4)]
+    same = LazyCases(strategy, seed_value=5, count=4)
+    assert [same[k].case_id for k in range(4)] == expected
+    with pytest.raises(IndexError):
+        same[4]
+    unbounded = [LazyCases(strategy, seed_value=5, count=10**9) for _ in range(2)]
+    try:
+        assert [unbounded[0][k].case_id for k in range(3)] == [unbounded[1][k].case_id for k in range(3)]
+    finally:
+        for lazy in unbounded:
+            lazy.close()
+    assert not any(lazy._thread.is_alive() for lazy in unbounded)
