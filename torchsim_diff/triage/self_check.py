@@ -25,7 +25,7 @@ import sys
 
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
-from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.triage.bucket_history import smallest_per_bucket
 
 REPLAYS = 2                       # replays of the case on the route, each must fail
@@ -176,7 +176,8 @@ def _replays_fail(checker, case: Case, record, replays: int) -> str:
     with checker.triage_runs():
         for _ in range(count):
             outcomes.append(checker.check(case, record.route))
-    passed = [v for v in outcomes if not v.failed]
+    # A skipped replay (the route was abandoned in this checker) says nothing: repro.py decides.
+    passed = [v for v in outcomes if not v.failed and v.status != Status.SKIPPED]
     if not passed:
         return ""
     statuses = ", ".join(sorted({v.status.value if not v.failed else v.kind.value for v in outcomes}))
