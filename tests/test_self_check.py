@@ -56,9 +56,10 @@ def test_a_route_that_could_not_be_tested_has_its_own_exit_status(tmp_path, doub
     assert "2 cases (2 route runs, 2 skipped)" in capsys.readouterr().out
 
 
-def test_exit_statuses_are_documented_in_help(capsys):
+@pytest.mark.parametrize("argv", [["--help"], ["fuzz", "--help"]])
+def test_exit_statuses_are_documented_in_help(capsys, argv):
     with pytest.raises(SystemExit):
-        main(["--help"])
+        main(argv)
     text = " ".join(capsys.readouterr().out.split())
     for status in ("0 clean", "1 confirmed findings", "3 no confirmed finding but a route could not be tested"):
         assert status in text

@@ -101,7 +101,7 @@ def _route_or_usage(name: str):
 
 # -- fuzz -------------------------------------------------------------------------------
 def cmd_fuzz(args) -> int:
-    """Run a campaign; print a summary table; exit 1 when anything failed."""
+    """Run a campaign; print a summary table; exit with a status of EXIT_STATUS_HELP."""
     from torchsim_diff.campaign.fuzz import CampaignOptions
     from torchsim_diff.report.tables import bucket_rows, render, summary_rows, unconfirmed_lines
     from torchsim_diff.generate.strategies import InvalidArgument
@@ -538,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=FORMATS, default="plain")
     p.set_defaults(func=cmd_ops)
 
-    p = sub.add_parser("fuzz", help="run a fuzz campaign")
+    p = sub.add_parser("fuzz", help="run a fuzz campaign", epilog=EXIT_STATUS_HELP)
     p.add_argument("--routes", type=opt.route_list, default="inductor",
                    help="comma-separated routes (default: inductor)")
     p.add_argument("--max-examples", type=opt.positive_int, default=None,

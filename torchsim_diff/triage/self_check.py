@@ -129,14 +129,6 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def self_check(record, folder: str, checker=None, *, replays: int = REPLAYS) -> SelfCheck:
-    """The SelfCheck of one failing record (module docstring)."""
-    found = _before_repro(record, folder, checker, replays)
-    if isinstance(found, SelfCheck):
-        return found
-    return _verdict_of_repro(record.bucket, found, *run_repro(found))
-
-
 def _before_repro(record, folder: str, checker, replays: int):
     """The replays, then the bundle: its folder, or the SelfCheck that ends the check early."""
     bucket = record.bucket
