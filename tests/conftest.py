@@ -66,3 +66,11 @@ def inout_case():
         inputs=[("x0", [4, 5], [5, 1], 0, 22, {"mutated": True, "classes": ["sliced", "inout"]}),
                 ("x1", [4, 2], [2, 1], 0, 8, {})],
         outputs=[])
+
+
+@pytest.fixture(scope="module")
+def route_checker(tmp_path_factory):
+    """One Checker (warm route workers) shared by a module's tests on real routes."""
+    from torchsim_diff.run.checker import Checker
+    with Checker(out_dir=str(tmp_path_factory.mktemp("routes"))) as shared:
+        yield shared

@@ -436,21 +436,14 @@ def _exp_of_a_sum_case():
     return _with_values(nodes, [("x0", [5, 8], [8, 1], 0, 40, {})], [torch.rand(40, generator=gen) * 2 - 0.5])
 
 
-@pytest.fixture(scope="module")
-def checker(tmp_path_factory):
-    from torchsim_diff.run.checker import Checker
-    with Checker(out_dir=str(tmp_path_factory.mktemp("judge-routes"))) as shared:
-        yield shared
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("route", ["mlir", "spike"])
 @pytest.mark.parametrize("make", [_comparison_after_matmul_case, _exp_of_a_sum_case], ids=["lt-gelu", "exp-sum"])
-def test_the_issues_false_positives_pass_on_their_routes(checker, route, make):
-    available, reason, _ = checker.availability(route)
+def test_the_issues_false_positives_pass_on_their_routes(route_checker, route, make):
+    available, reason, _ = route_checker.availability(route)
     if not available:
         pytest.skip(f"{route}: {reason}")
-    verdict = checker.check(make(), route)
+    verdict = route_checker.check(make(), route)
     assert verdict.status.value == "pass", verdict.message
 
 

@@ -228,18 +228,11 @@ def test_the_oracle_passes_a_relu_zero_of_the_other_sign_and_fails_a_wrong_value
     assert oracle.judge_case(case, ref, [wrong], ref.storages)[0].kind.value == "wrong_values"
 
 
-@pytest.fixture(scope="module")
-def checker(tmp_path_factory):
-    from torchsim_diff.run.checker import Checker
-    with Checker(out_dir=str(tmp_path_factory.mktemp("signed-zero-routes"))) as shared:
-        yield shared
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("route", ["mlir", "inductor"])
-def test_atan2_of_relu_at_negative_zero_passes_on_the_routes(checker, route):
-    available, reason, _ = checker.availability(route)
+def test_atan2_of_relu_at_negative_zero_passes_on_the_routes(route_checker, route):
+    available, reason, _ = route_checker.availability(route)
     if not available:
         pytest.skip(f"{route}: {reason}")
-    verdict = checker.check(_atan2_of_relu_case(), route)
+    verdict = route_checker.check(_atan2_of_relu_case(), route)
     assert verdict.status.value == "pass", verdict.message

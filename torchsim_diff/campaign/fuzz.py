@@ -128,7 +128,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
                  repeat=opts.repeat, known_buckets=known) as checker, \
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
         runner = CaseRunner(checker, timeouts=TimeoutPolicy(ceiling_s=opts.timeout_s), known=known,
-                            reducer=new_reducer(checker, opts, _reductions_folder(opts)), budget=budget)
+                            reducer=new_reducer(checker, opts, opts.out_dir), budget=budget)
         _say_unavailable(runner, opts.routes, result)
         pending: list = []
         drawn = [0]       # cases handed to the background thread
@@ -216,19 +216,14 @@ def write_new_bundles(records, new_buckets, out_dir: str) -> dict:
 
 
 def new_reducer(checker: Checker, opts: CampaignOptions, cache_folder: str):
-    """Reduce, then bucket (None with --no-reduce), with reductions cached in `cache_folder`."""
+    """Reduce, then bucket (None with --no-reduce), with reductions cached in `cache_folder`: a
+    run's own folder, since a cache keyed by case and route kept beside the bucket history gave
+    later campaigns (another torch, a bug fixed or planted, other options) stale minimal cases."""
     if not opts.reduce:
         return None
     from torchsim_diff.triage.reduce import ReduceThenBucket
     return ReduceThenBucket(checker, budget_s=opts.reduce_budget_s,
                             cache_path=os.path.join(cache_folder or ".", "reductions.json"))
-
-
-def _reductions_folder(opts: CampaignOptions) -> str:
-    """The run's folder. Kept beside the bucket history, a cache keyed by case and route
-    gave a later campaign (another torch, a bug fixed or planted, other route options) the
-    minimal case and bucket of an earlier one."""
-    return opts.out_dir
 
 
 def _say_unavailable(runner: CaseRunner, routes, result: CampaignResult) -> None:

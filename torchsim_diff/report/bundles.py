@@ -503,22 +503,40 @@ def _keeps(bundle: str, calls: list, baseline: tuple, python: str, timeout_s: fl
 def _outcome(bundle: str, python: str, timeout_s: float) -> tuple:
     """(exit status, normalised verdict line) of one run of repro.py."""
     from torchsim_diff.triage.signatures import normalise
-    try:
-        done = subprocess.run([python, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return ("timeout", "")
-    verdict = [ln for ln in done.stdout.splitlines() if ln.startswith(("REPRODUCES", "FIXED", "cannot run"))]
-    return done.returncode, normalise(verdict[-1] if verdict else "")
+    status, out, _err = run_repro(bundle, python, timeout_s)
+    if status == TIMED_OUT:
+        return (TIMED_OUT, "")
+    verdict = [ln for ln in out.splitlines() if ln.startswith(("REPRODUCES", "FIXED", "cannot run"))]
+    return status, normalise(verdict[-1] if verdict else "")
 
 
 def run_script(bundle: str, python: str = sys.executable, timeout_s: float = 300) -> str:
     """repro.py's output (last 40 lines) and exit status."""
-    try:
-        done = subprocess.run([python, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    status, out, _err = run_repro(bundle, python, timeout_s)
+    if status == TIMED_OUT:
         return f"(no result within {timeout_s:g} s)"
-    lines = done.stdout.rstrip("\n").splitlines()[-40:]
-    return "\n".join(lines + [f"$ echo $?  # {done.returncode}"])
+    lines = out.rstrip("\n").splitlines()[-40:]
+    return "\n".join(lines + [f"$ echo $?  # {status}"])
+
+
+TIMED_OUT = "timeout"
+
+
+def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300, started=None) -> tuple:
+    """(exit status or TIMED_OUT, stdout, stderr) of one run of the bundle's repro.py in a
+    fresh process, as a maintainer runs it. started: called with the process once it runs
+    (so that an interrupt can kill it); a run past `timeout_s` is killed."""
+    with subprocess.Popen([python, "repro.py"], cwd=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          stdin=subprocess.DEVNULL, text=True) as proc:
+        if started is not None:
+            started(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return TIMED_OUT, "", ""
+    return proc.returncode, out, err
 
 
 # -- the bundle ----------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
-import subprocess
 import sys
 
 from torchsim_diff.case.graph import Case, CaseError
@@ -179,20 +178,14 @@ def _replays_fail(checker, case: Case, record, replays: int) -> str:
 
 def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = SCRIPT_TIMEOUT_S,
               started=None) -> tuple:
-    """(exit status or 'timeout', repro.py's last output line) of one run in a fresh process.
-    started: called with the process once it runs (so that an interrupt can kill it)."""
-    with subprocess.Popen([python, "repro.py"], cwd=bundle, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          stdin=subprocess.DEVNULL, text=True) as proc:
-        if started is not None:
-            started(proc)
-        try:
-            output, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            return "timeout", f"no result within {timeout_s:g} s"
-    lines = [ln for ln in output.splitlines() if ln.strip()]
-    return proc.returncode, (lines[-1].strip()[:200] if lines else "no output")
+    """(exit status or 'timeout', repro.py's last line: of its output, else of its errors) of
+    one run in a fresh process (report.bundles.run_repro)."""
+    from torchsim_diff.report import bundles
+    status, out, err = bundles.run_repro(bundle, python, timeout_s, started)
+    if status == bundles.TIMED_OUT:
+        return status, f"no result within {timeout_s:g} s"
+    lines = [ln for ln in out.splitlines() if ln.strip()] or [ln for ln in err.splitlines() if ln.strip()]
+    return status, (lines[-1].strip()[:200] if lines else "no output")
 
 
 class _ReproRuns:
