@@ -1,11 +1,12 @@
 """Re-sign known-bug entries with the cause signature of their minimal case.
 
-    python benchmarks/resign_known.py [--routes triton,inductor] [--write] [--budget 30] [--timeout 60] [PATHS...]
+    python benchmarks/resign_known.py [--routes triton,inductor] [--write] [--simplify] [--budget 30] [--timeout 60] [PATHS...]
 
 Each known entry (corpora/known by default) is checked on its route and, when it still fails as
 its kind, reduced and bucketed like a campaign's failure (triage.reduce.ReduceThenBucket); its
 raw `bucket`/`signature` (as its case is checked now) and its `cause` are printed, and written
-back with --write. An entry whose route cannot run here is left as it is and listed; one that no
+back with --write; --simplify also keeps the minimal case as the entry's case (what its bundle
+shows). An entry whose route cannot run here is left as it is and listed; one that no
 longer fails is listed and left as it is (replay fails on it: the corpus tests say so). Exits 1
 when an entry whose route runs here could not be re-signed, or (without --write) when one
 would change.
@@ -29,6 +30,8 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=30.0, help="reduction budget per entry (s)")
     parser.add_argument("--timeout", type=float, default=60.0, help="route time limit per run (s)")
     parser.add_argument("--write", action="store_true", help="write the re-signed entries back")
+    parser.add_argument("--simplify", action="store_true",
+                        help="keep each entry's minimal case (fewer nodes, simpler values) where it fails as its kind")
     args = parser.parse_args(argv)
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.triage.corpus import KNOWN as KNOWN_KIND, iter_entries, write_atomic
@@ -46,7 +49,7 @@ def main(argv=None) -> int:
                 print(f"{entry.name}: route {entry.route} unavailable, kept as it is ({reason})", flush=True)
                 continue
             try:
-                data, what = resign(refiner, entry)
+                data, what = resign(refiner, entry, simplify=args.simplify)
             except Exception as exc:  # noqa: BLE001 - one entry's failure is reported, the others go on
                 data, what = None, f"not re-signed: {type(exc).__name__}: {exc}"
             print(f"{entry.name}: {what}", flush=True)

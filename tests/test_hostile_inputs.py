@@ -552,7 +552,8 @@ def test_records_store_artifacts_relative_to_their_run_folder(tmp_path):
 
 
 def test_an_old_record_with_an_absolute_artifact_folder_still_exports(world, tmp_path, capsys):
-    """Bundles copy regular files only: a FIFO and a symlink out of the folder stay behind."""
+    """It exports; and where bundles copy run files, regular files only: a FIFO and a symlink
+    out of the folder stay behind."""
     from torchsim_diff.cli import main
     run = tmp_path / "run"
     artifacts = run / "artifacts" / "inductor" / "c1"
@@ -562,7 +563,9 @@ def test_an_old_record_with_an_absolute_artifact_folder_still_exports(world, tmp
     os.symlink(os.path.join(world.paths["secret"], "id_rsa"), artifacts / "leak")
     (run / "results.jsonl").write_text(json.dumps({**RECORD, "artifacts": str(artifacts)}) + "\n")
     assert main(["export", "b1", "--to", str(tmp_path / "bundle"), "--from", str(run)]) == 0, capsys.readouterr()
-    assert sorted(os.listdir(tmp_path / "bundle" / "artifacts")) == ["kernel.py"]
+    assert not os.path.exists(tmp_path / "bundle" / "artifacts")      # repro.py needs torch alone: no run files
+    from torchsim_diff.report.bundles import _copy_artifacts         # where a bundle does carry them
+    assert _copy_artifacts(str(artifacts), str(tmp_path / "copy" / "artifacts")) == ["artifacts/kernel.py"]
 
 
 def test_an_old_record_with_artifacts_relative_to_where_the_campaign_ran_still_resolves(tmp_path, monkeypatch):

@@ -372,7 +372,12 @@ def cmd_reduce(args) -> int:
 
 # -- export ---------------------------------------------------------------------------
 def cmd_export(args) -> int:
-    """Write the reproducer bundle of one bucket (its smallest case) to a folder."""
+    """Write the reproducer bundle of one bucket (its smallest case), a known entry or a root
+    cause to a folder."""
+    from torchsim_diff.triage.causes import is_cause_folder
+    cause = args.bucket if os.path.isdir(args.bucket) else os.path.join(args.known_bugs, args.bucket)
+    if is_cause_folder(cause):
+        return _export_cause(cause, args)
     if args.bucket.endswith(".json"):
         return _export_entry(args)
     from torchsim_diff.report.bundles import BundleError, write_bundle
@@ -468,6 +473,49 @@ def _export_entry(args) -> int:
         raise UsageError(str(exc)) from None
     print(f"bundle for {args.bucket} ({record.route}, {record.kind}) written to {folder}")
     return EXIT_CLEAN
+
+
+def _export_cause(folder: str, args) -> int:
+    """The bundle of a root cause: its plainest case, the cause's title and what is known of
+    it; repro.py is run once, and its output quoted in ISSUE.md."""
+    from torchsim_diff.report.bundles import BundleError, entry_record, write_bundle
+    from torchsim_diff.triage.causes import analysis, read_cause
+    from torchsim_diff.triage.corpus import CorruptEntry
+    try:
+        cause = read_cause(folder)
+        shown = cause.representative()
+        record = entry_record(shown).with_fields(project=cause.project, upstream=cause.upstream)
+        written = write_bundle(record, args.to, minimise=not args.all_shims, run=True,
+                               analysis=analysis(cause, shown), heading=cause.title)
+    except (CorruptEntry, BundleError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"bundle for cause {cause.name} ({cause.project}, {cause.status}; case {shown.name}) written to {written}")
+    return EXIT_CLEAN
+
+
+def cmd_causes(args) -> int:
+    """List the known bugs by root cause: project, status, cases, upstream."""
+    from torchsim_diff.report import tables
+    from torchsim_diff.triage.causes import read_causes
+    causes, problems = read_causes(args.known_bugs)
+    for line in problems:
+        _warn(line)
+    if not causes:
+        raise UsageError(f"no root causes under {args.known_bugs}")
+    rows = [{"cause": c.name, "project": c.project, "status": c.status + (f" in {c.fixed_in}" if c.fixed_in else ""),
+             "cases": len(c.entries), "routes": ",".join(c.routes), "upstream": c.upstream or "-",
+             "title": c.title[:90]} for c in sorted(causes, key=lambda c: (c.project, c.status, c.name))]
+    totals = {}
+    for c in causes:
+        counts = totals.setdefault(c.project, {"project": c.project, "causes": 0, "cases": 0,
+                                                "new": 0, "reported": 0, "fixed": 0})
+        counts["causes"] += 1
+        counts["cases"] += len(c.entries)
+        counts[c.status] += 1
+    print(tables.render(rows, args.format, "Causes"))
+    print()
+    print(tables.render(sorted(totals.values(), key=lambda row: row["project"]), args.format, "By project"))
+    return EXIT_FINDINGS if problems else EXIT_CLEAN
 
 
 # -- kernel replay ----------------------------------------------------------------------
@@ -610,13 +658,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_reduce)
 
     p = sub.add_parser("export", help="write the reproducer bundle of a bucket")
-    p.add_argument("bucket", help="bucket id (from a bucket table), or a known entry corpora/known/X.json")
+    p.add_argument("bucket", help="bucket id (from a bucket table), a known entry corpora/known/CAUSE/X.json, "
+                                  "or a root cause (its folder, or its name under --known-bugs)")
     p.add_argument("--to", required=True, type=opt.out_folder, help="folder to write the bundle into")
     p.add_argument("--all-shims", action="store_true",
                    help="triton: ship every interpreter shim instead of trying without each (faster)")
     p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
     p.add_argument("--buckets", default=DEFAULT_HISTORY, help="bucket history (default: reports/buckets.sqlite)")
+    p.add_argument("--known-bugs", default=os.path.join("corpora", "known"),
+                   help="the known-bug ledger a cause name is looked up in (default: corpora/known)")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("causes", help="list the known bugs by root cause: project, status, cases, upstream")
+    p.add_argument("--known-bugs", default=os.path.join("corpora", "known"),
+                   help="the known-bug ledger (default: corpora/known)")
+    p.add_argument("--format", choices=FORMATS, default="plain", help="table format (default: plain)")
+    p.set_defaults(func=cmd_causes)
 
     p = sub.add_parser("kernel", help="kernel-level tools (Triton kernel captures)")
     kernel_sub = p.add_subparsers(dest="kernel_command", required=True, parser_class=_Parser)

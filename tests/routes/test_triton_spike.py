@@ -207,7 +207,7 @@ def test_launcher_double_is_caught_and_localised_to_its_kernel(route, double):
 
 # ---- stages, kinds, options -------------------------------------------------------------------
 def test_xblock1_softmax_fails_in_the_adapter_stage(route):
-    # A known triton-adapter-opt bug (corpora/known/triton-spike-adapter-xblock1-softmax.json).
+    # A known triton-adapter-opt bug (corpora/known/adapter-xblock1-splat-scalar-mask/).
     with pytest.raises(RouteFailure) as failure:
         CaseRun(route, SOFTMAX, make_case(tensor_spec("x0", [6, 50]), tensor_spec("x1", [6, 50])))
     assert failure.value.stage == "adapter" and failure.value.kind == Kind.COMPILE_ERROR

@@ -7,9 +7,4 @@ computation may legitimately make.
     rule_names        the closed set of rules an op declares (`OpSpec.rounding`)
     oracle            float64 reference and eager baseline for a whole case; its verdict
     op_figures        error figures per op, each judged by its own output
-
-The STANDALONE modules import only the standard library, torch and each other (relatively):
-reproducer bundles ship them verbatim as their judge/ folder.
 """
-
-STANDALONE = ("comparison", "rounding_rules", "carried_rounding")

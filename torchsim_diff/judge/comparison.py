@@ -1,8 +1,7 @@
 """The judge's comparison: one tolerance table, a result compared element by element against
 float64 truth and eager, and the mismatch message.
 
-Imports only the standard library and torch: a reproducer bundle copies it verbatim into
-its judge/ folder (with rounding_rules and carried_rounding, whose allowances it takes).
+It takes the allowances of rounding_rules and carried_rounding.
 
     found, stats = compare(route_out, eager_out, truth_out, where="output 0",
                            carried=allowance.outputs[0], sensitivity=allowance.sensitivity[0],

@@ -3,26 +3,26 @@
     >>> write_bundle(record, "reports/run/bundles/1cfb0bfb18")
     >>> write_bundle(entry_record(read_entry("corpora/known/X.json")), "bundles/X")
 
-A bundle holds:
-    repro.py    standalone: torch (and the route's toolchain) only. The minimal program, its
-                inputs from small explicit values as `as_strided` views (guard storage only
-                for a guard violation), eager / compiled / float64 printed; exit 1 while the
-                bug reproduces, 0 once fixed, 2 when torch or the toolchain is missing.
-    judge/      torchsim-diff's comparison rule: the judge's standalone modules copied verbatim
-                (torchsim_diff/judge/, STANDALONE), with an __init__.py naming what repro.py calls.
-    triton_shims.py  (triton route) only the interpreter shims this bug needs.
-    ISSUE.md    for the upstream project the route belongs to, in that project's issue
-                template sections, with where to file it, a title in the maintainer's words,
-                the known-bug note and first divergent op on top, and versions from the
-                route's own report (and torch's collect_env for PyTorch).
-    case.json   the case; artifacts/ the route's files from the run.
+A bundle holds only what a maintainer needs:
+    repro.py    plain (report.plain_script): torch, and the upstream's own tool where it is not
+                PyTorch; no torchsim-diff. The minimal program, its inputs written exactly as
+                `as_strided` views, compiled against eager with torch.testing.assert_close at
+                a stated tolerance; exit 1 while the bug reproduces, 0 once fixed, 2 where it
+                cannot run.
+    ISSUE.md    in the upstream project's issue template, in its own terms: where to file it,
+                a title naming the construct, the repro and its output, the versions and
+                options the repro uses.
+    case.json   the case; beside them, per upstream: triton_shims.py (Inductor's Triton
+                kernels on CPU tensors), mlir_host.py, torch.mlir and linalg.mlir (torch-mlir),
+                kernel.ttir (the Triton-to-linalg adapter), inputs.pt (a large storage whose
+                values matter); artifacts/ only where torchsim-diff drives the chain itself.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,12 +30,12 @@ import sys
 from torchsim_diff.report import adapter_bundle
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
+from torchsim_diff.case.program_check import load_program
+from torchsim_diff.report import plain_script
 from torchsim_diff.report.script_text import check_script, docstring
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import Record
 
-INLINE_ELEMENTS = 64          # larger storages go to inputs.pt instead of repro.py
-SHOWN = 8                     # outputs up to this size print whole; larger ones their first differing elements
 SHIMS_FILE = "triton_shims.py"
 
 
@@ -61,7 +61,7 @@ PROJECTS = {p.name: p for p in (
             ("## Description", "## Versions")),
     Project("llvm", "llvm/llvm-project", "https://github.com/llvm/llvm-project/issues/new",
             ("## Description", "## Version")),
-    Project("triton-adapter", "Ascend/triton-ascend", "https://gitcode.com/Ascend/triton-ascend/issues",
+    Project("triton-adapter", "triton-lang/triton-ascend", "https://github.com/triton-lang/triton-ascend/issues/new",
             ("## Description", "## Environment")),
 )}
 ROUTE_PROJECT = {"eager": "pytorch", "inductor": "pytorch", "triton": "pytorch", "triton-cuda": "pytorch",
@@ -73,7 +73,12 @@ COMPILER_NAMES = {("pytorch", "inductor"): "torch.compile (Inductor CPU)",
                   ("triton", "triton"): "Interpreter (TRITON_INTERPRET=1)",
                   ("torch-mlir", "mlir"): "fx.export_and_import (linalg-on-tensors)",
                   ("torch-mlir", "spike"): "fx.export_and_import (linalg-on-tensors)",
-                  ("llvm", "spike"): "[RISCV]"}
+                  ("llvm", "spike"): "[RISCV]",
+                  ("pytorch", "mlir"): "torch.export with torch-mlir's decompositions",
+                  ("pytorch", "spike"): "torch.export with torch-mlir's decompositions",
+                  ("pytorch", "triton-spike"): "torch.compile (Inductor Triton kernels through triton-adapter-opt)",
+                  ("llvm", "triton-spike"): "mlir-opt (a Triton kernel's linalg lowered to LLVM)",
+                  ("triton-adapter", "triton-spike"): "triton-adapter-opt (Triton to linalg)"}
 
 
 def project_of(record: Record) -> Project:
@@ -82,7 +87,7 @@ def project_of(record: Record) -> Project:
     name = record.project
     upstream = record.upstream or ""
     if not name:
-        name = next((p.name for p in PROJECTS.values() if p.repo in upstream), None)
+        name = next((p.name for p in PROJECTS.values() if re.search(rf"{re.escape(p.repo)}(?![\w-])", upstream)), None)
     name = name or ROUTE_PROJECT.get(record.route, "pytorch")
     if name not in PROJECTS:
         raise BundleError(f"project={name!r} is not one of {', '.join(PROJECTS)}")
@@ -178,29 +183,37 @@ def _input_letters(count: int) -> list:
 
 
 # -- repro.py --------------------------------------------------------------------------------
-ROUTE_SETUP = {
-    "eager": ("", "compiled = program"),
-    "inductor": ("", 'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)'),
-    "triton": ("import triton_shims  # first: sets TRITON_INTERPRET=1, installs the shims this bug needs",
-               'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic=False)'),
+TORCH_COMPILE = "torch.compile"
+ROUTE_SETUP = {     # route -> (import line before torch, the compiler's name in the script)
+    "eager": ("", "eager"),
+    "inductor": ("", TORCH_COMPILE),
+    "triton": ("import triton_shims  # first: TRITON_INTERPRET=1, and Inductor's Triton kernels for CPU tensors",
+               TORCH_COMPILE),
 }
 COMPILE_ROUTES = ("inductor", "triton")    # torch.compile with the campaign's settings (compile_setup)
+LOW_PRECISION = ("float16", "bfloat16")
 
 
-def compile_setup(record: Record) -> str:
+def compile_setup(record: Record, case: Case | None = None) -> str:
     """The torch.compile lines of repro.py, with the settings the campaign compiled the case
     with (the record's versions and its dynamic decision), and Inductor's caches off: a
-    kernel cached by an earlier compile would hide the bug, or show a fixed one."""
-    from torchsim_diff.routes import compile_options
-    chosen = compile_options.settings({k: v for k, v in (record.versions or {}).items()
-                                       if k in compile_options.DEFAULTS and _setting_ok(k, v)})
+    kernel cached by an earlier compile would hide the bug, or show a fixed one. Only the
+    settings that differ from torch's defaults, or matter for the case, are written."""
+    chosen = compile_settings(record)
     dynamic = bool(record.dynamic) if isinstance(record.dynamic, bool) else chosen["dynamic"] is True
     mode = "" if chosen["mode"] == "default" else f", mode={chosen['mode']!r}"
-    return "\n".join([
-        "torch._inductor.config.force_disable_caches = True  # compile afresh",
-        f"torch._inductor.config.emulate_precision_casts = {bool(chosen['emulate_precision_casts'])}  "
-        "# as the campaign compiled it",
-        f'compiled = torch.compile(program, backend="inductor", fullgraph=True, dynamic={dynamic}{mode})'])
+    lines = ["torch._inductor.config.force_disable_caches = True  # compile afresh"]
+    if case is None or case.dtype in LOW_PRECISION or not chosen["emulate_precision_casts"]:
+        lines.append(f"torch._inductor.config.emulate_precision_casts = {bool(chosen['emulate_precision_casts'])}")
+    lines.append(f"compiled = torch.compile(program, fullgraph=True, dynamic={dynamic}{mode})")
+    return "\n".join(lines)
+
+
+def compile_settings(record: Record) -> dict:
+    """The torch.compile settings of the record's campaign (defaults where it names none)."""
+    from torchsim_diff.routes import compile_options
+    return compile_options.settings({k: v for k, v in (record.versions or {}).items()
+                                     if k in compile_options.DEFAULTS and _setting_ok(k, v)})
 
 
 def _setting_ok(key: str, value) -> bool:
@@ -213,36 +226,33 @@ def _setting_ok(key: str, value) -> bool:
     return True
 
 
-# torch-mlir: the import to linalg is where its bugs show; running the lowered module needs
-# torchsim-diff's JIT or Spike harness, so past the import the script says so and exits 2.
-_MLIR_SETUP = (
-    "from torch_mlir import fx  # torch-mlir", """def compiled(*xs):  # the route's first stage: torch.export, then torch-mlir's import to linalg
+# torch-mlir: where the lowered module cannot run on the host (a mutated input, a dtype numpy
+# does not carry), the script stops after torch-mlir's import, which is where most of its bugs show.
+_MLIR_IMPORT = """from torch_mlir import fx
+from torch_mlir.extras.fx_decomp_util import get_decomposition_table
+
+
+def compiled(*xs):  # torch.export, then torch-mlir's import to linalg-on-tensors
     module = type("Program", (torch.nn.Module,), {"forward": lambda self, *a: program(*a)})()
-    exported = torch.export.export(module, tuple(x.contiguous() for x in xs), strict=False).run_decompositions()
-    fx.export_and_import(exported, output_type="linalg-on-tensors")
-    sys.exit(print("cannot run here: imported; running it needs torchsim-diff replay case.json --routes ROUTE") or 2)
-
-
-try:
-    compiled(*inputs())
-except Exception as exc:  # torch-mlir failing is the bug
-    sys.exit(print(f"REPRODUCES: {type(exc).__name__}: {str(exc).strip()[:2000]}") or 1)""")
+    exported = torch.export.export(module, tuple(x.contiguous() for x in xs), strict=False)
+    exported = exported.run_decompositions(get_decomposition_table())
+    fx.export_and_import(exported, output_type="linalg-on-tensors", decomposition_table={})
+    sys.exit(print("imported without error; this bug shows only when the module runs") or 2)"""
 IMPORT_ONLY = ("mlir", "spike")     # routes whose script stops after the compiler's import stage
-ROUTE_SETUP.update({route: (_MLIR_SETUP[0], _MLIR_SETUP[1].replace("ROUTE", route)) for route in IMPORT_ONLY})
-# A torch-mlir lowering bug shows on the host too: repro.py runs the lowered module there with
-# the mlir_host.py the bundle ships, and compares values like the other routes.
-HOST_SETUP = ("import mlir_host  # next to this script: the lowering run on this host by MLIR's JIT",
-              "compiled = lambda *xs: mlir_host.run(program, xs)  # torch.export, torch-mlir's import to "
-              "linalg, lowered to LLVM, run here")
-TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "a C++ compiler", "mlir": "torch-mlir",
+ROUTE_SETUP.update({route: ("", "torch-mlir") for route in IMPORT_ONLY})
+# A torch-mlir bug shows on the host too: repro.py runs the lowered module there with the
+# mlir_host.py the bundle ships.
+HOST_SETUP = ("import mlir_host  # beside this script: torch-mlir's linalg lowered to LLVM and run here",
+              "compiled = lambda *xs: mlir_host.run(program, xs)")
+TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "C++ compiler", "mlir": "torch-mlir",
              "spike": "torch-mlir"}
 
 
 def runs_on_host(record: Record, case: Case) -> bool:
-    """Whether the bundle runs a torch-mlir value bug on the host (see HOST_SETUP)."""
+    """Whether the bundle runs a torch-mlir bug on the host (see HOST_SETUP)."""
     from torchsim_diff.report import mlir_host
-    return (record.route in IMPORT_ONLY and record.kind in Kind.values_where("value_failure")
-            and project_of(record).name == "torch-mlir" and mlir_host.runs_on_host(case))
+    return (record.route in IMPORT_ONLY and project_of(record).name == "torch-mlir"
+            and mlir_host.runs_on_host(case))
 
 
 def harness_only(route: str) -> bool:
@@ -255,34 +265,43 @@ def standalone_routes() -> list:
     return sorted(ROUTE_SETUP)
 
 
-def render_script(record: Record, case: Case, *, note: str = "", inputs_file: bool = False) -> str:
-    """The text of repro.py (see module docstring)."""
+def render_script(record: Record, case: Case, heading: str = "") -> str:
+    """The text of repro.py (see module docstring and report.plain_script); heading: its
+    title (default: `title`)."""
     route = record.route
     host = runs_on_host(record, case)
-    env, setup = HOST_SETUP if host else ROUTE_SETUP.get(route, ("", None))
-    if route in COMPILE_ROUTES and not host:
-        setup = compile_setup(record)
-    import_only = route in IMPORT_ONLY and not host
-    head = [title(record, case)]
-    head += [f"Known bug: {note}"] if note else []
-    head += [f"{_divergence(record, case)} Exit 1: reproduces, 0: fixed, 2: torch or "
-             f"{TOOLCHAIN.get(route) or _HARNESS_TOOLCHAIN.format(route=route)} missing."]
-    doc = "\n".join(head)
-    if setup is None:
+    doc = f"{heading or title(record, case)}\nExit 1: the bug reproduces, 0: fixed, 2: cannot run here " \
+          f"(no torch{_or_toolchain(route)})."
+    if harness_only(route):
         script = _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S, run_dir=HARNESS_RUN_DIR)
         return check_script(docstring(doc) + "\n" + script, doc)
-    imports = ["import os" if inputs_file else "", "import sys", "try:", f"    {env}" if env else "", "    import torch",
-               "" if import_only else "    import judge  # torchsim-diff's comparison rule, verbatim"]
+    env, compiler = ROUTE_SETUP[route]
+    if host:
+        env, setup = HOST_SETUP
+    elif route in IMPORT_ONLY:
+        setup = _MLIR_IMPORT
+    elif route in COMPILE_ROUTES:
+        setup = compile_setup(record, case)
+    else:
+        setup = "compiled = program"
+    inputs, reads_file = plain_script.inputs_source(case, record.kind)
+    imports = (["import os"] if reads_file else []) + ["import sys", "try:"]
+    imports += ([f"    {env}"] if env else []) + ["    import torch"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
-    body = [_program_source(case), _inputs_source(case, record.kind, inputs_file)]
+    body = [_program_source(case), inputs]
     if record.kind == "timeout":
         body.insert(0, _WATCHDOG)
-    if import_only:
-        body.append(setup + "\n")
-    else:
-        body.append(setup + "\n" + _run_source(case, record.kind))
-    text = docstring(doc) + "\n" + "\n".join(x for x in imports if x) + "\n\n\n" + "\n\n".join(body)
+    kind = record.kind if not (route in IMPORT_ONLY and not host) else Kind.COMPILE_ERROR.value
+    tols = [] if kind in Kind.values_where("no_values") else \
+        plain_script.tolerances(case, load_program(case.program_source()))
+    body.append(setup + "\n" + plain_script.run_source(case, kind, tols, compiler))
+    text = docstring(doc) + "\n" + "\n".join(imports) + "\n\n\n" + "\n\n".join(body)
     return check_script(text.rstrip("\n") + "\n", doc)
+
+
+def _or_toolchain(route: str) -> str:
+    tool = TOOLCHAIN.get(route, _HARNESS_TOOLCHAIN.format(route=route))
+    return f", or no {tool}" if tool else ""
 
 
 def first_op(record: Record, case: Case) -> str | None:
@@ -296,99 +315,17 @@ def first_op(record: Record, case: Case) -> str | None:
 
 def _divergence(record: Record, case: Case) -> str:
     if record.kind in Kind.values_where("no_values"):
-        where = (f"failing op `{record.first_op}`" if record.first_op else
-                 "the program's ops: " + ", ".join(f"`{op}`" for op in dict.fromkeys(n["op"] for n in case.nodes)))
-        return f"Fails while compiling or running (no value to compare); {where}."
-    return f"First divergent op: `{first_op(record, case)}`."
+        where = (f"`{record.first_op}`" if record.first_op else
+                 ", ".join(f"`{op}`" for op in dict.fromkeys(n["op"] for n in case.nodes)))
+        return f"It fails while compiling or running, in {where}."
+    op = first_op(record, case)
+    return f"The first op whose result differs is `{op}`." if op else ""
 
 
 def _program_source(case: Case) -> str:
     return case.program_source().split("\n", 1)[1].strip("\n") + "\n"
 
 
-def _inputs_source(case: Case, kind: str | None, inputs_file: bool) -> str:
-    lines = [f"def inputs(dtype=torch.{case.dtype}):  # fresh views (sizes, strides, storage offset) of explicit storages"]
-    if inputs_file:
-        lines.append('    saved = torch.load(os.path.join(os.path.dirname(__file__), "inputs.pt"))')
-    views = []
-    for k, spec in enumerate(case.inputs):
-        lay = spec["layout"]
-        source = f"saved[{k}]" if inputs_file else _values_literal(storage_values(case, k, kind))
-        dtype = "dtype" if spec["dtype"] == case.dtype and layout.dtype_of(spec["dtype"]).is_floating_point \
-            else f"torch.{spec['dtype']}"
-        views.append(f"torch.tensor({source}, dtype={dtype}).as_strided({tuple(spec['shape'])}, "
-                     f"{tuple(lay['strides'])}, {lay['offset']})" if not inputs_file else
-                     f"{source}.to({dtype}).as_strided({tuple(spec['shape'])}, {tuple(lay['strides'])}, {lay['offset']})")
-    lines.append(f"    return [{', '.join(views)}]")
-    return "\n".join(lines) + "\n"
-
-
-def storage_values(case: Case, k: int, kind: str | None) -> list:
-    """Input k's storage as Python numbers: the view's values, with guard values around them
-    only for a guard violation (elsewhere 0, and the storage ends where the view does)."""
-    spec = case.inputs[k]
-    lay = spec["layout"]
-    view = layout.materialize(spec, int(case.values.get("seed", 0)), k, bool(case.values.get("special", False)))
-    storage = layout.storage_of(view).clone()
-    if kind != "guard_violation":
-        covered = layout.covered_mask(spec["shape"], lay["strides"], lay["offset"], lay["storage_size"])
-        storage[~covered] = 0
-        storage = storage[: max(lay["offset"] + layout.span(spec["shape"], lay["strides"]), 1)]
-    return storage.tolist()
-
-
-def _values_literal(values: list) -> str:
-    return "[" + ", ".join(_number(v) for v in values) + "]"
-
-
-def _number(v) -> str:
-    if isinstance(v, bool):
-        return repr(v)
-    if isinstance(v, float) and not math.isfinite(v):
-        return f'float("{v}")'
-    if isinstance(v, float) and v.is_integer() and math.copysign(1.0, v) > 0:   # -0.0 keeps its sign
-        return str(int(v)) + "."
-    return repr(v)
-
-
-def _run_source(case: Case, kind: str | None) -> str:
-    mutated = [k for k, spec in enumerate(case.inputs) if spec.get("mutated")]
-    keeps_inputs = mutated or kind == "guard_violation"     # their checks read eager's inputs after the run
-    lines = ["ex, tx, gx = inputs(), inputs(torch.float64), inputs()", "eager, truth = program(*ex), program(*tx)"] \
-        if keeps_inputs else ["eager, truth, gx = program(*inputs()), program(*inputs(torch.float64)), inputs()"]
-    lines += ["try:",
-              "    got = compiled(*gx)",
-              "except Exception as exc:  # the compiler failing is the bug",
-              '    sys.exit(print(f"REPRODUCES: compiled program raised {type(exc).__name__}: {exc}") or 1)',
-              f"allow = judge.carried(program, inputs(torch.float64), torch.{case.dtype})",
-              "checks = [(f\"output {i}\", *c) for i, c in enumerate(zip(got, eager, truth, allow.outputs, "
-              "allow.sensitivity, allow.unstable, allow.overflow))]"]
-    if mutated:
-        lines.append(f"checks += [(f\"input {{k}}\", gx[k], ex[k], tx[k], allow.inputs[k], "
-                     f"allow.input_sensitivity[k], None, allow.input_overflow[k]) for k in {mutated}]")
-    lines += ["for where, g, e, t, carried, sensitivity, unstable, overflow in checks:",
-              f"    at = (~judge.same_bits(g, e)).reshape(-1).nonzero()[:{SHOWN}, 0] if e.numel() > {SHOWN} and "
-              "(g.shape, g.dtype) == (e.shape, e.dtype) else None  # a large output: its first elements that differ",
-              '    print(f"{where}:" + ("" if at is None else f" shape {list(e.shape)}, flat indices {at.tolist()}"), '
-              '*(f"  {n:8} {(x if at is None else x.reshape(-1)[at]).tolist()}" for n, x in '
-              '(("eager", e), ("compiled", g), ("float64", t))), sep="\\n")',
-              "    bad, _ = judge.compare(g, e, t, where=where, carried=carried, sensitivity=sensitivity, "
-              "unstable=unstable, overflow=overflow)",
-              "    if bad:",
-              '        sys.exit(print(f"REPRODUCES: {bad.message}") or 1)']
-    if kind == "guard_violation":
-        lines += _GUARD_CHECK
-    lines.append('print("FIXED: the compiled program agrees with eager and float64")')
-    return "\n".join(lines) + "\n"
-
-
-_GUARD_CHECK = [
-    "for k, (g, e, fresh) in enumerate(zip(gx, ex, inputs())):  # storage outside what eager wrote",
-    "    flat = [x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0) for x in (g, e, fresh)]",
-    "    kept = flat[1] == flat[2]",
-    "    if not torch.equal(flat[0][kept], flat[2][kept]):",
-    '        sys.exit(print(f"REPRODUCES: input {k}: storage changed outside the elements eager wrote") or 1)',
-]
 # A hang may sit in native code that never returns to Python (no signal handler runs there):
 # the script runs itself in a child and calls a child past HANG_S a reproduction.
 HANG_S = 60
@@ -540,34 +477,15 @@ def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300,
 
 
 # -- the bundle ----------------------------------------------------------------------------
-JUDGE_DIR = "judge"
-# The bundle's judge/__init__.py: what repro.py calls, from the modules copied beside it.
-JUDGE_INIT = '''"""torchsim-diff's judge: its standalone modules, copied verbatim from torchsim_diff/judge/."""
-from .carried_rounding import carried
-from .comparison import compare, same_bits
-'''
-
-
-def write_judge(to_dir: str) -> str:
-    """`to_dir`/judge/: the judge's standalone modules, byte for byte, as a package whose
-    __init__ gives repro.py's `import judge` judge.carried, judge.compare and judge.same_bits."""
-    from torchsim_diff import judge
-    folder = os.path.join(to_dir, JUDGE_DIR)
-    os.makedirs(folder, exist_ok=True)
-    for name in judge.STANDALONE:
-        shutil.copyfile(os.path.join(os.path.dirname(judge.__file__), f"{name}.py"), os.path.join(folder, f"{name}.py"))
-    _write_text(os.path.join(folder, "__init__.py"), JUDGE_INIT)
-    return folder
-
-
 def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
-                 run: bool = False) -> str:
+                 run: bool = False, analysis: str = "", heading: str = "") -> str:
     """Write the bundle of a results.jsonl or known-entry `record` (results.record.Record) into
     `to_dir`; returns it.
 
     The record's reduced case is used when it has one. minimise: find the triton shims the
     bug needs by running repro.py without each (slow: one run per shim). run: run repro.py
-    once and quote its output in ISSUE.md (else the recorded message is quoted)."""
+    once and quote its output in ISSUE.md (else the recorded message is quoted). analysis:
+    what is known of the cause, for ISSUE.md; heading: the title (default: `title`)."""
     case = _case_of(record)
     if not record.route:
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
@@ -579,31 +497,35 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     route = record.route
     os.makedirs(to_dir, exist_ok=True)
     _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
-    inputs_file = sum(int(s["layout"]["storage_size"]) for s in case.inputs) > INLINE_ELEMENTS
-    if inputs_file and not harness_only(route):
-        _save_inputs(case, record.kind, os.path.join(to_dir, "inputs.pt"))
-    if not harness_only(route):      # the harness judges with its own copy
-        write_judge(to_dir)
+    if not harness_only(route):
+        stored = plain_script.stored_inputs(case, record.kind)
+        if any(s is not None for s in stored):
+            import torch
+            torch.save(stored, os.path.join(to_dir, plain_script.INPUTS_FILE))
     if route == "triton":
         _write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
     if runs_on_host(record, case):
         from torchsim_diff.report import mlir_host
         _write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
-    note = record.note or ""
-    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, note=note, inputs_file=inputs_file))
-    if adapter_bundle.is_adapter_bug(record):
-        artifacts_dir = _adapter_bundle(record, case, to_dir, artifacts_dir) or artifacts_dir
+    if route in IMPORT_ONLY:
+        from torchsim_diff.report import mlir_host
+        mlir_host.write_ir(case, to_dir, lower=record.kind != Kind.TIMEOUT.value)
+    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
+    kernel_only = adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading)
     shims = minimise_shims(to_dir) if route == "triton" and minimise else None
     repro_output = run_script(to_dir) if run else None
-    copied = _copy_artifacts(artifacts_dir or record.reduced_artifacts or record.artifacts,
-                             os.path.join(to_dir, "artifacts"))
-    copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
+    copied = []
+    if harness_only(route) and not kernel_only:    # the route's files are the evidence repro.py lacks
+        copied = _copy_artifacts(artifacts_dir or record.reduced_artifacts or record.artifacts,
+                                 os.path.join(to_dir, "artifacts"))
+        copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
     _write_text(os.path.join(to_dir, "ISSUE.md"),
-                render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output))
+                render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
+                             analysis=analysis, heading=heading))
     return to_dir
 
 
-def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None) -> str | None:
+def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None, heading: str) -> str | None:
     """Ship the kernel the adapter fails on and a repro.py that runs the adapter alone; the
     artifact folder it came from (a replay on triton-spike when the record has none)."""
     source = artifacts_dir or record.reduced_artifacts or record.artifacts
@@ -618,7 +540,7 @@ def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str 
     if adapter_path():       # the quoted run finds the adapter where the route does
         os.environ.setdefault(ADAPTER_ENV, adapter_path())
     adapter_bundle.write_kernel(ttir, to_dir)
-    head = [title(record, case)] + ([f"Known bug: {record.note}"] if record.note else [])
+    head = [heading or title(record, case)]
     head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_bundle.KERNEL_FILE}).")
     _write_text(os.path.join(to_dir, "repro.py"), adapter_bundle.render_script("\n".join(head)))
     return source
@@ -666,14 +588,6 @@ def without_unused_inputs(case: Case) -> Case:
     return Case.from_dict(data)
 
 
-def _save_inputs(case: Case, kind: str | None, path: str) -> None:
-    import torch
-    storages = [torch.tensor(storage_values(case, k, kind), dtype=torch.float64 if
-                             layout.dtype_of(s["dtype"]).is_floating_point else layout.dtype_of(s["dtype"]))
-                for k, s in enumerate(case.inputs)]
-    torch.save(storages, path)
-
-
 def _write_text(path: str, text: str) -> None:
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
@@ -716,70 +630,151 @@ def _files_under(folder: str, start: str) -> list:
 
 # -- ISSUE.md ------------------------------------------------------------------------------
 def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, shims: list | None = None,
-                 repro_output: str | None = None) -> str:
-    """The issue text in the upstream project's template sections. shims: the triton shims the
-    bug needs (minimise_shims); repro_output: what a run of repro.py printed (quoted instead of
-    the recorded message)."""
+                 repro_output: str | None = None, analysis: str = "", heading: str = "") -> str:
+    """The issue text in the upstream project's template sections, in its own terms. shims:
+    the triton shims the bug needs (minimise_shims); repro_output: what a run of repro.py
+    printed (quoted instead of the recorded message); analysis: what is known of the cause."""
     project = project_of(record)
     bug, versions = project.sections
     with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
         script = handle.read()
-    top = [f"<!-- File at {project.file_at} -->", f"# {title(record, case)}", ""]
-    if record.note:
-        top += [f"> Known bug: {record.note}", ">"]
-    top += [f"> {_divergence(record, case)} Upstream: {record.upstream or 'not yet filed'}.", ""]
-    parts = top + [bug, "", _description(record, case), "", "```python", script.rstrip("\n"), "```", "",
-                   "Output of `python repro.py`:", "", "```",
-                   (repro_output or record.message or "").strip(), "```", ""]
-    if shims:
-        parts += [f"`{SHIMS_FILE}` (next to the script) holds the shims that let Inductor's Triton kernels run "
-                  f"on CPU tensors under `TRITON_INTERPRET=1`; this bug needs: "
-                  f"{', '.join(s.strip('_') for s in shims)}.", ""]
-    if runs_on_host(record, case):
-        parts += ["`mlir_host.py` (next to the script) lowers torch-mlir's linalg output to LLVM with the "
-                  "pass pipeline of torch-mlir's RefBackend (results as out-parameters) and runs it on this "
-                  "host with MLIR's ExecutionEngine.", ""]
-    if adapter_bundle.is_adapter_bug(record) and os.path.exists(os.path.join(bundle, adapter_bundle.KERNEL_FILE)):
-        parts += [f"`{adapter_bundle.KERNEL_FILE}` (next to the script) is the kernel as it reached the adapter: "
-                  "Inductor's Triton kernel lowered to TTIR by Triton 3.9 (CPU target), with torchsim-diff's "
-                  "TTIR fix-ups for the adapter's older Triton dialect.", ""]
-    elif harness_only(record.route):
-        parts += [f"`repro.py` runs `case.json` on route `{record.route}` through torchsim-diff's checker: "
-                  "that route exists only in torchsim-diff (install it with its toolchain: scripts/setup.sh).", ""]
-    elif record.route not in IMPORT_ONLY or runs_on_host(record, case):
-        parts += ["`judge/` (next to the script) is torchsim-diff's comparison rule: a float element fails "
-                  "when it is further from float64 than eager's own error allows, by a margin.", ""]
-    parts += [versions, "", "```", versions_text(record.route, project).rstrip("\n"), "```", ""]
+    parts = [f"<!-- File at {project.file_at} -->", f"# {heading or title(record, case)}", "", bug, "",
+             _description(record, case, _kernel_only(record, bundle))]
+    parts += ["", analysis] if analysis else []
+    if record.upstream and record.upstream.startswith("https://"):
+        parts += ["", f"Related: {record.upstream}"]
+    parts += ["", "```python", script.rstrip("\n"), "```", "", "Output of `python repro.py`:", "", "```",
+              (repro_output or record.message or "").strip(), "```", ""]
+    parts += _beside_the_script(record, case, bundle, shims)
+    parts += [versions, "", "```", versions_text(record, case, _kernel_only(record, bundle)).rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
     return "\n".join(parts)
 
 
-def _description(record: Record, case: Case) -> str:
-    layouts = "; ".join(f"`{s['name']}`: shape {s['shape']}, strides {s['layout']['strides']}, storage offset "
-                        f"{s['layout']['offset']} ({', '.join(s['layout']['classes'])})" for s in case.inputs)
-    return (f"`{expression(case, failing_outputs(record, case))}` compiled by route `{record.route}`{_found_on(record)} disagrees with eager PyTorch "
-            f"({record.kind.replace('_', ' ')}). Inputs: {layouts or 'none'}. "
-            "Eager agrees with the same program run in float64.")
+def _beside_the_script(record: Record, case: Case, bundle: str, shims) -> list:
+    """What the files shipped next to repro.py are, one paragraph each."""
+    from torchsim_diff.report import mlir_host
+    parts = []
+    if record.route == "triton":
+        needed = f" This bug needs: {', '.join(s.strip('_') for s in shims)}." if shims else ""
+        parts += [f"`{SHIMS_FILE}` (beside the script) lets Inductor's Triton kernels run on CPU tensors "
+                  f"under `TRITON_INTERPRET=1`.{needed}", ""]
+    if runs_on_host(record, case):
+        parts += ["`mlir_host.py` (beside the script) lowers torch-mlir's linalg output to LLVM (the pass "
+                  "pipeline of torch-mlir's RefBackend, results as out-parameters) and runs it on this host "
+                  "with MLIR's ExecutionEngine.", ""]
+    if os.path.exists(os.path.join(bundle, mlir_host.TORCH_IR)):
+        lowered = (f" and `{mlir_host.LINALG_IR}` after torch-mlir's lowering to linalg-on-tensors"
+                   if os.path.exists(os.path.join(bundle, mlir_host.LINALG_IR)) else "")
+        parts += [f"`{mlir_host.TORCH_IR}` is the program as torch-mlir's FX importer emits it (torch.export "
+                  f"with torch-mlir's decomposition table, none in the import){lowered}. With torch-mlir "
+                  "alone:", "", "```", mlir_host.opt_command(), "```", ""]
+        for name in (mlir_host.TORCH_IR, mlir_host.LINALG_IR):
+            parts += _inline_ir(bundle, name)
+    if adapter_bundle.is_adapter_bug(record) and os.path.exists(os.path.join(bundle, adapter_bundle.KERNEL_FILE)):
+        parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter: Inductor's Triton "
+                  "kernel lowered to TTIR by Triton (CPU target), with its ops rewritten for the adapter's "
+                  "older Triton dialect.", ""]
+    elif harness_only(record.route):
+        parts += [f"`repro.py` runs `case.json` through torchsim-diff, the only driver of this compiler "
+                  "chain.", ""]
+    return parts
+
+
+def _kernel_only(record: Record, bundle: str) -> bool:
+    """Whether the bundle reproduces an adapter bug on its kernel alone (kernel.ttir)."""
+    return adapter_bundle.is_adapter_bug(record) and os.path.exists(os.path.join(bundle, adapter_bundle.KERNEL_FILE))
+
+
+INLINE_IR_LINES = 40        # IR files up to this long are shown in ISSUE.md too
+
+
+def _inline_ir(bundle: str, name: str) -> list:
+    """`name` (an IR file of the bundle) as a code block, when it is short."""
+    path = os.path.join(bundle, name)
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read().strip("\n")
+    return [f"`{name}`:", "", "```mlir", text, "```", ""] if len(text.splitlines()) <= INLINE_IR_LINES else []
+
+
+def _description(record: Record, case: Case, kernel_only: bool = False) -> str:
+    if kernel_only:
+        return (f"triton-adapter-opt, run with triton-ascend's ttir_to_linalg pass list (its CPU path), fails on "
+                f"`{adapter_bundle.KERNEL_FILE}`: the Triton kernel Inductor generates for "
+                f"`{expression(case, case.outputs)}`.")
+    layouts = "; ".join(f"`{name}`: shape {s['shape']}, strides {tuple(s['layout']['strides'])}"
+                        + (f", storage offset {s['layout']['offset']}" if s["layout"]["offset"] else "")
+                        + (", written in place" if s.get("mutated") else "")
+                        for s, name in zip(case.inputs, _input_letters(len(case.inputs))))
+    what = "fails" if record.kind in Kind.values_where("no_values") else "disagrees with eager PyTorch"
+    truth = "" if record.kind in Kind.values_where("no_values") else \
+        " Eager agrees with the same program run in float64."
+    return (f"`{expression(case, failing_outputs(record, case))}` {what} when compiled with "
+            f"{_compiler_name(record)}{_found_on(record)}. Inputs: {layouts or 'none'}.{truth} "
+            f"{_divergence(record, case)}").rstrip()
+
+
+def _compiler_name(record: Record) -> str:
+    return COMPILER_NAMES.get((project_of(record).name, record.route), record.route)
 
 
 def _found_on(record: Record) -> str:
-    return f" (found on route `{record.found_on}`, which compiles the same kernels)" if record.found_on else ""
+    return f" (found through {record.found_on}, which compiles the same kernels)" if record.found_on else ""
 
 
-def versions_text(route: str, project: Project) -> str:
-    """The route's own version report, and for PyTorch the output of torch's collect_env."""
+# collect_env lines a compiler bug report needs (the rest is GPU and driver detail).
+ENV_LINES = ("PyTorch version", "Is debug build", "OS:", "GCC version", "Clang version", "Python version",
+             "Python platform", "Is CUDA available", "Model name", "[pip3] torch==", "[pip3] triton==", "[pip3] numpy==")
+
+
+def versions_text(record: Record, case: Case, kernel_only: bool = False) -> str:
+    """The versions and options repro.py runs with: for PyTorch, the relevant lines of torch's
+    collect_env and the CPU capability ATen dispatches to; the compile settings the script
+    writes; the upstream tool's version; the route's own report where torchsim-diff drives it.
+    kernel_only: the adapter alone on kernel.ttir (and the Triton that wrote the TTIR)."""
+    import platform
+
+    import torch
+    if kernel_only:
+        report = _route_report(record.route)
+        adapter = next((f"{k}: {v}" for k, v in report.items() if "adapter" in k), "triton-adapter-opt: unknown")
+        return f"{adapter}\ntriton (wrote kernel.ttir): {_dist_version('triton')}\n"
+    lines = [f"torch: {torch.__version__}", f"python: {platform.python_version()}",
+             f"CPU capability: {torch.backends.cpu.get_cpu_capability()}"]
+    route = record.route
+    if route in COMPILE_ROUTES:
+        lines += [line.split("  #")[0] for line in compile_setup(record, case).splitlines()]
+    if route == "triton":
+        lines += [f"triton: {_dist_version('triton')}", "TRITON_INTERPRET=1"]
+    if route in IMPORT_ONLY:
+        lines += [f"torch-mlir: {_dist_version('torch-mlir')}"]
+    if harness_only(route):
+        lines += [f"{k}: {v}" for k, v in _route_report(route).items()]
+    text = "\n".join(lines) + "\n"
+    if project_of(record).name == "pytorch":
+        text += "\n" + "\n".join(line for line in _collect_env().splitlines() if line.startswith(ENV_LINES)) + "\n"
+    return text
+
+
+def _dist_version(name: str) -> str:
+    import importlib.metadata
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _route_report(route: str) -> dict:
     from torchsim_diff.routes import UnknownRoute, route_class
     try:
-        report = route_class(route)().versions()
+        return route_class(route)().versions()
     except (UnknownRoute, ImportError, AttributeError) as exc:
-        report = {"error": f"route {route!r}: {exc}"}
+        return {"error": f"{route}: {exc}"}
     except Exception as exc:  # noqa: BLE001 - a broken toolchain still gets its report
-        report = {"error": f"{type(exc).__name__}: {exc}"}
-    text = "\n".join(f"{name}: {value}" for name, value in report.items()) + "\n"
-    if project.name == "pytorch":
-        text += "\n" + _collect_env()
-    return text
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 @functools.lru_cache(maxsize=1)

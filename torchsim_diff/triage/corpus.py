@@ -32,6 +32,7 @@ from torchsim_diff.triage.signatures import bucket_of, on_route
 
 SEED, KNOWN = "seed", "known"
 # Entry fields besides the case; each is text when present.
+CAUSE_FILE = "cause.json"     # a known bug's root cause (triage.causes), beside its entries
 TEXT_FIELDS = ("route", "kind", "bucket", "signature", "cause", "note", "upstream", "first_op", "project", "message")
 
 
@@ -107,7 +108,7 @@ def _json_files(paths) -> list:
     for path in paths:
         if os.path.isdir(path):
             for root, _dirs, names in os.walk(path):
-                files += [os.path.join(root, n) for n in names if n.endswith(".json")]
+                files += [os.path.join(root, n) for n in names if n.endswith(".json") and n != CAUSE_FILE]
         elif path.endswith(".json"):
             files.append(path)
     return sorted(files)

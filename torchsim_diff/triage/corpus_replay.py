@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from torchsim_diff.case.graph import Case
 from torchsim_diff.triage.corpus import KNOWN, Entry
 from torchsim_diff.results.kinds import Status
 
@@ -44,11 +45,13 @@ def replay_entry(checker, entry: Entry, route: str, known: set = frozenset()) ->
 
 
 # -- re-signing a known entry with its cause ---------------------------------------------------
-def resign(refiner, entry: Entry) -> tuple:
+def resign(refiner, entry: Entry, *, simplify: bool = False) -> tuple:
     """(the entry's JSON with its raw bucket and signature, as its case is checked now, and the
     cause signature of its minimal case; what happened). The JSON is None when the entry no
     longer fails as its kind on its route (it stops reproducing: replay says so too) or could
-    not be reduced. refiner: a triage.reduce.ReduceThenBucket; each entry is reduced afresh."""
+    not be reduced. refiner: a triage.reduce.ReduceThenBucket; each entry is reduced afresh.
+    simplify: the entry keeps the minimal case itself (fewer nodes, simpler values: what its
+    bundle shows a maintainer) when that fails as its kind too."""
     refiner.by_raw.clear()          # entries sharing a raw signature each get their own cause
     verdict = refiner.checker.check(entry.case, entry.route, timeout_s=entry.raw.get("timeout_s"))
     if not verdict.failed or verdict.kind.value != entry.failure_kind:
@@ -56,9 +59,15 @@ def resign(refiner, entry: Entry) -> tuple:
     if not _same_failure(entry, verdict):
         return None, f"fails differently now: {verdict.message.splitlines()[0] if verdict.message else verdict.signature}"
     raw_signature, raw_bucket = verdict.signature, verdict.bucket
-    refiner.refine(verdict)
+    fields = refiner.refine(verdict)
     if not verdict.refined:
         return None, "not reduced: it did not fail again when reduced"
+    simplified = None
+    reduced = verdict.record().with_fields(**fields).reduced_case
+    if simplify and reduced and reduced != entry.case.to_dict():
+        minimal = refiner.checker.check(Case.from_dict(reduced), entry.route, timeout_s=entry.raw.get("timeout_s"))
+        if minimal.failed and minimal.kind.value == entry.failure_kind:
+            simplified, raw_signature, raw_bucket = reduced, minimal.signature, minimal.bucket
     data = {}
     for key, value in entry.raw.items():
         if key != "cause":
@@ -66,6 +75,8 @@ def resign(refiner, entry: Entry) -> tuple:
         if key == "signature":
             data["cause"] = verdict.refined
     data.update(bucket=raw_bucket, signature=raw_signature, cause=verdict.refined)
+    if simplified:
+        data["case"] = simplified
     changed = "unchanged" if data == entry.raw else "re-signed"
     return data, f"{changed}: {verdict.refined}"
 

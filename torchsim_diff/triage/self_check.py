@@ -6,7 +6,8 @@ For each bucket new to the history, its smallest record is checked twice:
    route REPLAYS times; a failure that does not fail again every time (a flake, a timeout
    under load) is caught here;
 2. its bundle is written and its repro.py run in a fresh process, exactly as a maintainer
-   runs it: exit status 1 (reproduces) confirms the bucket.
+   runs it (a plain one where torchsim-diff cannot be imported): exit status 1 (reproduces)
+   confirms the bucket.
 
 Anything else leaves the bucket unconfirmed, with the reason: listed apart, never NEW, and
 kept out of the bucket history, so that a later run that meets it checks it again. What was
@@ -20,7 +21,10 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import os
+import shutil
 import sys
+import tempfile
+import threading
 
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
@@ -190,11 +194,16 @@ def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = SCRI
 
 class _ReproRuns:
     """repro.py runs of several bundles, REPRO_JOBS at once; leaving early (an interrupt)
-    kills the ones still running."""
+    kills the ones still running. A plain repro.py runs where torchsim-diff cannot be
+    imported (a venv that sees torch alone), as a maintainer runs it: one that leans on the
+    harness by mistake fails its check."""
 
     def __init__(self):
         self.pool = concurrent.futures.ThreadPoolExecutor(REPRO_JOBS, thread_name_prefix="torchsim-diff-repro")
         self.running: set = set()
+        self.venv = tempfile.mkdtemp(prefix="torchsim-diff-torch-only-")
+        self.plain_python = None
+        self.lock = threading.Lock()
 
     def __enter__(self):
         return self
@@ -204,6 +213,19 @@ class _ReproRuns:
             if proc.poll() is None:
                 proc.kill()
         self.pool.shutdown(wait=True, cancel_futures=True)
+        shutil.rmtree(self.venv, ignore_errors=True)
+
+    def python_for(self, folder: str) -> str:
+        """The torch-only venv's python for a plain repro.py; this one for a script that
+        drives the chain through torchsim-diff (its toolchain)."""
+        with open(os.path.join(folder, "repro.py"), encoding="utf-8") as handle:
+            if "from torchsim_diff" in handle.read():
+                return sys.executable
+        with self.lock:
+            if self.plain_python is None:
+                from torchsim_diff.report.plain_script import torch_only_python
+                self.plain_python = torch_only_python(self.venv)
+        return self.plain_python
 
     def each(self, bundles: dict):
         """(bucket, (status, last line)) as each run ends."""
@@ -212,4 +234,4 @@ class _ReproRuns:
             yield futures[future], future.result()
 
     def _run(self, folder: str) -> tuple:
-        return run_repro(folder, started=self.running.add)
+        return run_repro(folder, self.python_for(folder), started=self.running.add)

@@ -1,0 +1,137 @@
+"""The known-bug ledger by root cause: one folder per defect in an upstream project.
+
+    corpora/known/<cause>/cause.json   {"title": ..., "project": ..., "component": ...,
+                                        "status": "new" | "reported" | "fixed",
+                                        "upstream": URL or "", "fixed_in": version or "",
+                                        "summary": what is known of the defect, for maintainers,
+                                        "shown": the case its report shows (optional)}
+    corpora/known/<cause>/<name>.json  its cases: known-bug entries (triage.corpus), one per
+                                       route or op where the defect shows
+
+`title` names the mis-compiled construct in the upstream's terms; `project` is the upstream
+the issue is filed with (report.bundles.PROJECTS). A cause is exported as the bundle of the
+case it shows (`representative`: `shown`, else its plainest case), with its title and summary.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from torchsim_diff import files
+from torchsim_diff.triage.corpus import CAUSE_FILE, KNOWN, CorruptEntry, iter_entries
+
+STATUSES = ("new", "reported", "fixed")
+FIELDS = ("title", "project", "component", "status", "upstream", "fixed_in", "summary", "shown")
+# The route whose repro.py is plainest first: torch alone, then torch-mlir, then the adapter.
+PLAINEST = ("inductor", "triton", "triton-cuda", "mlir", "spike", "triton-spike")
+
+
+@dataclasses.dataclass
+class Cause:
+    folder: str
+    title: str
+    project: str
+    component: str = ""
+    status: str = "new"
+    upstream: str = ""
+    fixed_in: str = ""
+    summary: str = ""
+    shown: str = ""
+    entries: list = dataclasses.field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(os.path.normpath(self.folder))
+
+    @property
+    def routes(self) -> list:
+        return sorted({e.route for e in self.entries})
+
+    def representative(self):
+        """The case its report shows: the one `shown` names, else the one a maintainer
+        reproduces most easily (the plainest route, then the smallest case)."""
+        if not self.entries:
+            raise CorruptEntry(f"{self.folder}: a cause with no cases")
+        named = [e for e in self.entries if e.name == self.shown]
+        return named[0] if named else min(self.entries, key=lambda e: (_rank(e.route), e.case.size(), e.name))
+
+
+def _rank(route: str) -> int:
+    return PLAINEST.index(route) if route in PLAINEST else len(PLAINEST)
+
+
+def is_cause_folder(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, CAUSE_FILE))
+
+
+def read_cause(folder: str) -> Cause:
+    """The cause in `folder` with its known entries; CorruptEntry naming the file and field."""
+    from torchsim_diff.report.bundles import PROJECTS
+    path = os.path.join(folder, CAUSE_FILE)
+    try:
+        raw = files.read_json(path, files.CASE_FILE)
+    except files.UnreadableFile as exc:
+        raise CorruptEntry(f"{path}: {exc.reason}") from None
+    if not isinstance(raw, dict):
+        raise CorruptEntry(f"{path}: a cause is a JSON object")
+    for key in FIELDS:
+        if raw.get(key) is not None and not isinstance(raw[key], str):
+            raise CorruptEntry(f"{path}: {key} must be text (a JSON string)")
+    cause = Cause(folder, **{key: raw.get(key) or "" for key in FIELDS})
+    cause.status = cause.status or "new"
+    if not cause.title:
+        raise CorruptEntry(f"{path}: a cause needs a title")
+    if cause.project not in PROJECTS:
+        raise CorruptEntry(f"{path}: project={cause.project!r} is not one of {', '.join(PROJECTS)}")
+    if cause.status not in STATUSES:
+        raise CorruptEntry(f"{path}: status={cause.status!r} is not one of {', '.join(STATUSES)}")
+    if cause.upstream and not cause.upstream.startswith("https://"):
+        raise CorruptEntry(f"{path}: upstream must be an https:// URL or empty")
+    if cause.status in ("reported", "fixed") and not cause.upstream:
+        raise CorruptEntry(f"{path}: a {cause.status} cause names its upstream URL")
+    for entry, error in iter_entries([folder]):
+        if error is not None:
+            raise error
+        if entry.kind != KNOWN:
+            raise CorruptEntry(f"{entry.path}: a cause's case is a known-bug entry (with route and bucket)")
+        cause.entries.append(entry)
+    if cause.shown and cause.shown not in {e.name for e in cause.entries}:
+        raise CorruptEntry(f"{path}: shown={cause.shown!r} is none of its cases")
+    return cause
+
+
+def read_causes(known: str) -> tuple:
+    """(causes, problems) under the known-bug folder: each cause folder read whole, a corrupt
+    one reported as a line of `problems` and skipped; an entry outside any cause folder is a
+    problem too (every known bug belongs to a cause)."""
+    causes, problems = [], []
+    if not os.path.isdir(known):
+        return causes, [f"{known}: no such folder"]
+    for name in sorted(os.listdir(known)):
+        path = os.path.join(known, name)
+        if os.path.isdir(path) and is_cause_folder(path):
+            try:
+                causes.append(read_cause(path))
+            except CorruptEntry as exc:
+                problems.append(str(exc))
+        elif name.endswith(".json") or os.path.isdir(path):
+            problems.append(f"{path}: not in a cause folder (corpora/known/<cause>/{CAUSE_FILE})")
+    return causes, problems
+
+
+def analysis(cause: Cause, shown) -> str:
+    """The paragraph ISSUE.md gives a cause: its summary, where it was already reported or
+    fixed, and the other cases where it shows."""
+    from torchsim_diff.report.bundles import COMPILER_NAMES, expression
+    parts = [cause.summary.strip()] if cause.summary.strip() else []
+    if cause.status == "fixed":
+        parts.append(f"Fixed upstream{' in ' + cause.fixed_in if cause.fixed_in else ''}: {cause.upstream}")
+
+    def where(entry) -> str:
+        compiler = COMPILER_NAMES.get((cause.project, entry.route), entry.route)
+        return f"`{expression(entry.case, entry.case.outputs)}` ({compiler})"
+    seen = list(dict.fromkeys(where(e) for e in cause.entries if e is not shown))
+    seen = [w for w in seen if w != where(shown)]
+    if seen:
+        parts.append("The same defect shows in: " + "; ".join(seen) + ".")
+    return "\n\n".join(parts)
