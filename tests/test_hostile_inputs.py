@@ -576,3 +576,17 @@ def test_an_old_record_with_artifacts_relative_to_where_the_campaign_ran_still_r
     monkeypatch.chdir(tmp_path)
     (record,) = read_records(str(run / "results.jsonl"))
     assert record.artifacts == os.path.realpath(run / "artifacts" / "inductor" / "c1")
+
+
+def test_a_bundle_carries_the_runs_sources_and_ir_not_its_objects_buffers_or_caches(tmp_path):
+    from torchsim_diff.report.bundles import _copy_artifacts, _keep_shipped
+    run = tmp_path / "run"
+    for name in ("artifacts/k/kernel.ttir", "artifacts/k/kernel.linalg.mlir", "artifacts/k/kernel.ll",
+                 "artifacts/k/buffers/buf0.bin", "artifacts/k/launch.json", "workers/cache/x.py", "localised.sqlite"):
+        (run / name).parent.mkdir(parents=True, exist_ok=True)
+        (run / name).write_text("x")
+    assert _copy_artifacts(str(run / "artifacts"), str(tmp_path / "b" / "artifacts")) == \
+        ["artifacts/k/kernel.linalg.mlir", "artifacts/k/kernel.ttir", "artifacts/k/launch.json"]
+    _keep_shipped(str(run))
+    kept = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    assert kept == ["artifacts/k/kernel.linalg.mlir", "artifacts/k/kernel.ttir", "artifacts/k/launch.json"]

@@ -518,6 +518,7 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     if harness_only(route) and not kernel_only:    # the route's files are the evidence repro.py lacks
         copied = _copy_artifacts(artifacts_dir or record.reduced_artifacts or record.artifacts,
                                  os.path.join(to_dir, "artifacts"))
+        _keep_shipped(os.path.join(to_dir, HARNESS_RUN_DIR))
         copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
     _write_text(os.path.join(to_dir, "ISSUE.md"),
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
@@ -593,8 +594,23 @@ def _write_text(path: str, text: str) -> None:
         handle.write(text)
 
 
+# What a maintainer reads of a run: sources and IR, launch specs and logs; not compiled
+# objects, buffers, or the compiler's caches.
+SHIPPED_SUFFIXES = (".py", ".ttir", ".mlir", ".json", ".log")
+
+
+def _keep_shipped(run_dir: str) -> None:
+    """Leave in `run_dir` (the folder the harness repro.py ran in) only its artifacts that ship."""
+    shutil.rmtree(os.path.join(run_dir, "workers"), ignore_errors=True)
+    for root, _dirs, names in os.walk(run_dir):
+        for name in names:
+            if not (name.endswith(SHIPPED_SUFFIXES) and os.path.relpath(root, run_dir).startswith("artifacts")):
+                os.unlink(os.path.join(root, name))
+
+
 def _copy_artifacts(source: str | None, target: str) -> list:
-    """Copy the artifact folder `source` into `target`; the files copied, relative to the bundle.
+    """Copy the artifact folder `source` into `target` (the files that ship: SHIPPED_SUFFIXES);
+    the files copied, relative to the bundle.
 
     Only regular files and folders travel: a symlink is followed only where it stays inside
     `source`, and FIFOs, devices and sockets are left out, so a bundle holds what the run wrote
@@ -605,7 +621,7 @@ def _copy_artifacts(source: str | None, target: str) -> list:
     for folder, _dirs, names in os.walk(root):        # symlinked folders are listed, not entered
         for name in names:
             path = os.path.realpath(os.path.join(folder, name))
-            if not path.startswith(root + os.sep) or not _regular(path):
+            if not path.startswith(root + os.sep) or not _regular(path) or not name.endswith(SHIPPED_SUFFIXES):
                 continue
             destination = os.path.join(target, os.path.relpath(os.path.join(folder, name), root))
             os.makedirs(os.path.dirname(destination), exist_ok=True)
