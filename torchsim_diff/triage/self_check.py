@@ -22,6 +22,7 @@ import concurrent.futures
 import dataclasses
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -217,14 +218,20 @@ class _ReproRuns:
 
     def python_for(self, folder: str) -> str:
         """The torch-only venv's python for a plain repro.py; this one for a script that
-        drives the chain through torchsim-diff (its toolchain)."""
-        with open(os.path.join(folder, "repro.py"), encoding="utf-8") as handle:
-            if "from torchsim_diff" in handle.read():
-                return sys.executable
+        drives the chain through torchsim-diff (its toolchain), or where no venv can be made."""
+        try:
+            with open(os.path.join(folder, "repro.py"), encoding="utf-8") as handle:
+                if "from torchsim_diff" in handle.read():
+                    return sys.executable
+        except OSError:
+            return sys.executable        # the run itself says what is missing
         with self.lock:
             if self.plain_python is None:
                 from torchsim_diff.report.plain_script import torch_only_python
-                self.plain_python = torch_only_python(self.venv)
+                try:
+                    self.plain_python = torch_only_python(self.venv)
+                except (OSError, subprocess.CalledProcessError):
+                    self.plain_python = sys.executable
         return self.plain_python
 
     def each(self, bundles: dict):
