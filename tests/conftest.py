@@ -74,3 +74,26 @@ def route_checker(tmp_path_factory):
     from torchsim_diff.run.checker import Checker
     with Checker(out_dir=str(tmp_path_factory.mktemp("routes"))) as shared:
         yield shared
+
+
+# Same-size integer dtype per element size: a tensor's bits, as JSON numbers.
+_BITS_BY_SIZE = "{1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}"
+
+
+def inputs_built_by(script: str) -> list:
+    """What the `inputs()` of a generated repro.py builds, run in a fresh Python as a
+    maintainer's would (generated text is never exec'd in the test process): per input,
+    {"shape", "stride", "offset", "dtype", "bits"} with the view's values as integer bits."""
+    import ast
+    import json
+    import subprocess
+    import sys
+    tree = ast.parse(script)
+    inputs = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "inputs")
+    probe = "\n".join([
+        "import json, torch", ast.get_source_segment(script, inputs),
+        f"BITS = {_BITS_BY_SIZE}",
+        "print(json.dumps([{'shape': list(x.shape), 'stride': list(x.stride()), 'offset': x.storage_offset(), "
+        "'dtype': str(x.dtype), 'bits': x.contiguous().view(BITS[x.element_size()]).tolist()} for x in inputs()]))"])
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)

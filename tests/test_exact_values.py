@@ -1,14 +1,9 @@
 """Exact values everywhere: every float a case holds (-0.0, NaN, ±Inf, subnormals, the
 largest finite value) comes back bit for bit from case JSON and from the text of repro.py."""
-import ast
-import json
-import subprocess
-import sys
-
 import pytest
 import torch
 
-from tests.conftest import make_case
+from tests.conftest import inputs_built_by, make_case
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case
 from torchsim_diff.report.bundles import render_script
@@ -54,26 +49,10 @@ def test_case_json_keeps_every_value_bit_exact(dtype_name):
     assert bits(view) == bits(data)
 
 
-def _inputs_of_script(script: str) -> str:
-    """The script's imports of torch and its `inputs` function, and a line printing the
-    bits of what inputs() builds: repro.py's values as a maintainer's Python reads them."""
-    tree = ast.parse(script)
-    inputs = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "inputs")
-    return "\n".join(["import json, torch", ast.get_source_segment(script, inputs),
-                      "x = inputs()[0]",
-                      f"print(json.dumps(x.contiguous().view({{{', '.join(_bits_map())}}}[x.dtype]).tolist()))"])
-
-
-def _bits_map() -> list:
-    return [f"torch.{str(k).split('.')[1]}: torch.{str(v).split('.')[1]}" for k, v in BITS.items()]
-
-
 @pytest.mark.parametrize("dtype_name", [*FLOAT_DTYPES, *INT_DTYPES])
 def test_repro_py_text_keeps_every_value_bit_exact(dtype_name):
     case, data = explicit_case(dtype_name)
     record = Record.from_dict({"route": "inductor", "status": "fail", "kind": "wrong_values", "bucket": "b",
                                "case_id": case.case_id, "ops": ["neg"], "case": case.to_dict()})
-    script = render_script(record, case)
-    done = subprocess.run([sys.executable, "-c", _inputs_of_script(script)], capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert json.loads(done.stdout) == bits(data)
+    (built,) = inputs_built_by(render_script(record, case))
+    assert built["bits"] == bits(data)

@@ -2,7 +2,6 @@
 passing case does not, torch missing exits 2; tolerances, titles, projects, shims and inputs."""
 import ast
 import os
-import runpy
 import subprocess
 import sys
 import venv
@@ -11,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import REPO, inputs_built_by
 from torchsim_diff.case import layout
 from torchsim_diff.report import bundles, plain_script
 from torchsim_diff.run.checker import Checker
@@ -38,17 +37,12 @@ def _run_script(python: str, bundle: str):
                           capture_output=True, text=True, timeout=240)
 
 
-def _exec_script(bundle: str, capsys) -> tuple:
-    """(exit status, stdout) of repro.py run in this process, its folder first on sys.path."""
-    sys.path.insert(0, bundle)
-    try:
-        runpy.run_path(os.path.join(bundle, "repro.py"), run_name="__main__")
-        status = 0
-    except SystemExit as done:
-        status = done.code
-    finally:
-        sys.path.remove(bundle)
-    return status, capsys.readouterr().out
+def _run_with_this_env(bundle: str) -> tuple:
+    """(exit status, stdout) of repro.py run in a fresh process with this python and this
+    environment (the test-double routes registered when the test asked for them)."""
+    done = subprocess.run([sys.executable, "repro.py"], cwd=bundle, env=dict(os.environ), capture_output=True,
+                          text=True, timeout=240)
+    return done.returncode, done.stdout
 
 
 def _record(case: Case, route="inductor", **fields) -> Record:
@@ -138,15 +132,15 @@ def test_hang_runs_in_a_child_with_a_time_limit_that_passes_its_exit_status_on(a
 
 
 def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_where_it_is_missing(
-        add_case, tmp_path, double_routes, capsys, monkeypatch):
+        add_case, tmp_path, double_routes, monkeypatch):
     record = _record(add_case, route="double-wrong-element", project="llvm")      # llvm: no collect_env
     bundle = bundles.write_bundle(record, str(tmp_path / "b"))
-    status, out = _exec_script(bundle, capsys)          # in this process; the route in its worker
+    status, out = _run_with_this_env(bundle)
     assert status == 1 and "REPRODUCES: double-wrong-element wrong_values" in out, out
     assert "def program(x0, x1)" in out
     assert os.path.isdir(os.path.join(bundle, bundles.HARNESS_RUN_DIR, "artifacts"))     # the route's files stay
     monkeypatch.delenv(EXTRA_ROUTES_ENV)
-    status, out = _exec_script(bundle, capsys)
+    status, out = _run_with_this_env(bundle)
     assert status == 2 and "not registered here" in out, out
 
 
@@ -160,20 +154,14 @@ def test_script_imports_only_torch_and_the_standard_library(add_case, tmp_path):
     assert sorted(os.listdir(bundle)) == ["ISSUE.md", "case.json", "repro.py"]
 
 
-def _inputs_function(script: str):
-    tree = ast.parse(script)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "inputs")
-    namespace = {"torch": torch}
-    exec(compile(ast.Module([node], []), "repro", "exec"), namespace)
-    return namespace["inputs"]
-
-
 def test_inputs_are_views_of_small_explicit_storages(add_case, tmp_path):
     bundle = bundles.write_bundle(_record(add_case), str(tmp_path / "b"))
-    inputs = _inputs_function(open(os.path.join(bundle, "repro.py")).read())
-    for got, want in zip(inputs(), layout.materialize_all(add_case.to_dict())):
-        assert (got.shape, got.stride(), got.storage_offset()) == (want.shape, want.stride(), want.storage_offset())
-        assert torch.equal(got, want)
+    built = inputs_built_by(open(os.path.join(bundle, "repro.py")).read())
+    wanted = layout.materialize_all(add_case.to_dict())
+    assert len(built) == len(wanted)
+    for got, want in zip(built, wanted):
+        assert (got["shape"], got["stride"], got["offset"]) == (list(want.shape), list(want.stride()), want.storage_offset())
+        assert got["bits"] == want.contiguous().view(torch.int32).tolist()
     assert str(layout.guard_value(torch.float32)) not in open(os.path.join(bundle, "repro.py")).read()
 
 
@@ -251,7 +239,7 @@ def test_unused_inputs_leave_the_bundle_with_the_values_the_others_had(add_case)
     assert bundles.without_unused_inputs(add_case) is add_case
 
 
-def test_a_large_output_prints_its_first_differing_elements_not_every_element(tmp_path, capsys):
+def test_a_large_output_prints_its_first_differing_elements_not_every_element(tmp_path):
     from tests.conftest import make_case
     case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [33, 33], [33, 1], 0, 33 * 33, {})], outputs=["v0"])
@@ -259,7 +247,7 @@ def test_a_large_output_prints_its_first_differing_elements_not_every_element(tm
         "compiled = program", "compiled = lambda x: (program(x)[0].flip(0),)")   # rows reversed: many differ
     (tmp_path / "repro.py").write_text(script)
     torch.save(plain_script.stored_inputs(case, "wrong_values"), tmp_path / plain_script.INPUTS_FILE)
-    status, out = _exec_script(str(tmp_path), capsys)
+    status, out = _run_with_this_env(str(tmp_path))
     shown = out.split("REPRODUCES")[0]
     assert status == 1 and "Mismatched elements" in shown and len(shown) < 1500, shown
     assert shown.count("  compiled [") == 1 and len(ast.literal_eval(shown.split("  compiled ")[1].split("\n")[0])) == plain_script.SHOWN

@@ -654,15 +654,16 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     bug, versions = project.sections
     with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
         script = handle.read()
+    kernel_only = _kernel_only(record, bundle)
     parts = [f"<!-- File at {project.file_at} -->", f"# {heading or title(record, case)}", "", bug, "",
-             _description(record, case, _kernel_only(record, bundle))]
+             _description(record, case, kernel_only)]
     parts += ["", analysis] if analysis else []
     if record.upstream and record.upstream.startswith("https://"):
         parts += ["", f"Related: {record.upstream}"]
     parts += ["", "```python", script.rstrip("\n"), "```", "", "Output of `python repro.py`:", "", "```",
               (repro_output or record.message or "").strip(), "```", ""]
     parts += _beside_the_script(record, case, bundle, shims)
-    parts += [versions, "", "```", versions_text(record, case, _kernel_only(record, bundle)).rstrip("\n"), "```", ""]
+    parts += [versions, "", "```", versions_text(record, case, kernel_only).rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
     return "\n".join(parts)
