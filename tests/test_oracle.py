@@ -6,6 +6,7 @@ import torch
 
 from torchsim_diff.judge import comparison, oracle
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.case.program_check import load_program
 
 
 def _compare(got, want, truth):
@@ -90,9 +91,7 @@ def _layer_norm_of_constant_rows():
 
 
 def _program(case):
-    namespace = {}
-    exec(case.program_source(), namespace)
-    return namespace["program"]
+    return load_program(case.program_source())
 
 
 def test_ill_conditioned_output_allows_rounding_level_differences():

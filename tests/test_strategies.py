@@ -7,15 +7,14 @@ from torchsim_diff.case import layout
 from torchsim_diff.case.graph import Case
 from torchsim_diff.ops import all_ops, get_op
 from torchsim_diff.generate.strategies import META_STRIDES_DIFFER, InvalidArgument, cases
+from torchsim_diff.case.program_check import load_program
 
 FAST = settings(max_examples=60, deadline=None, database=None, derandomize=True,   # CI must not be flaky
                 suppress_health_check=list(HealthCheck))
 
 
 def _run_eager(case):
-    namespace = {}
-    exec(case.program_source(), namespace)
-    return namespace["program"](*layout.materialize_all(case.to_dict()))
+    return load_program(case.program_source())(*layout.materialize_all(case.to_dict()))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int32"])
