@@ -27,11 +27,10 @@ import shutil
 import subprocess
 import sys
 
-from torchsim_diff.report import adapter_bundle
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.program_check import load_program
-from torchsim_diff.report import plain_script
+from torchsim_diff.report import adapter_bundle, kernel_bundle, plain_script
 from torchsim_diff.report.script_text import check_script, docstring
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import Record
@@ -511,9 +510,12 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
         from torchsim_diff.report import mlir_host
         mlir_host.write_ir(case, to_dir, lower=record.kind != Kind.TIMEOUT.value)
     _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
-    kernel_only = adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading)
+    kernel_only = ((adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading))
+                   or (kernel_bundle.is_kernel_value_bug(record)
+                       and _kernel_value_bundle(record, case, to_dir, artifacts_dir, heading)))
     shims = minimise_shims(to_dir) if route == "triton" and minimise else None
     repro_output = run_script(to_dir) if run else None
+    kernel_bundle.remove_built(to_dir)
     copied = []
     if harness_only(route) and not kernel_only:    # the route's files are the evidence repro.py lacks
         copied = _copy_artifacts(artifacts_dir or record.reduced_artifacts or record.artifacts,
@@ -545,6 +547,39 @@ def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str 
     head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_bundle.KERNEL_FILE}).")
     _write_text(os.path.join(to_dir, "repro.py"), adapter_bundle.render_script("\n".join(head)))
     return source
+
+
+def _kernel_value_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None,
+                         heading: str) -> str | None:
+    """Ship the first launch that differs from Triton's interpreter and a repro.py that runs it
+    on this host (report.kernel_bundle), when that repro.py reproduces; else leave the harness
+    repro.py. The artifact folder it came from."""
+    source = artifacts_dir or record.reduced_artifacts or record.artifacts
+    if not source or not os.path.isdir(os.path.join(source, "kernels")):
+        import tempfile
+        source = adapter_bundle.replay_artifacts(case, tempfile.mkdtemp(prefix="torchsim-diff-kernel-"), stage=None)
+    if source is None:
+        return None
+    head = [heading or title(record, case),
+            f"Inductor's Triton kernel for `{expression(case, case.outputs)}` (kernel.py; kernel.ttir as the adapter "
+            "reads it), one launch, lowered by the adapter and LLVM 19 and run on this host.",
+            "Expected: what Triton's interpreter computes for the same launch."]
+    from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_ENV, adapter_path
+    if adapter_path():
+        os.environ.setdefault(ADAPTER_ENV, adapter_path())
+    try:
+        kernel_bundle.write_kernel_bundle(source, to_dir, "\n".join(head))
+    except kernel_bundle.NoKernelRepro:
+        return None
+    reproduces = run_repro(to_dir)[0] == 1
+    kernel_bundle.remove_built(to_dir)
+    if reproduces:
+        return source
+    for name in kernel_bundle.SHIPPED:           # the launch alone does not show it: the harness does
+        if os.path.exists(os.path.join(to_dir, name)):
+            os.unlink(os.path.join(to_dir, name))
+    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
+    return None
 
 
 # A PyTorch compile error met on triton-spike is in Inductor's Triton codegen, before any kernel
@@ -655,15 +690,17 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
         script = handle.read()
     kernel_only = _kernel_only(record, bundle)
+    launch = _kernel_launch(bundle)
     parts = [f"<!-- File at {project.file_at} -->", f"# {heading or title(record, case)}", "", bug, "",
-             _description(record, case, kernel_only)]
+             _launch_description(record, case) if launch else _description(record, case, kernel_only)]
     parts += ["", analysis] if analysis else []
     if record.upstream and record.upstream.startswith("https://"):
         parts += ["", f"Related: {record.upstream}"]
     parts += ["", "```python", script.rstrip("\n"), "```", "", "Output of `python repro.py`:", "", "```",
               (repro_output or record.message or "").strip(), "```", ""]
     parts += _beside_the_script(record, case, bundle, shims)
-    parts += [versions, "", "```", versions_text(record, case, kernel_only).rstrip("\n"), "```", ""]
+    text = launch_versions_text() if launch else versions_text(record, case, kernel_only)
+    parts += [versions, "", "```", text.rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
     return "\n".join(parts)
@@ -689,19 +726,29 @@ def _beside_the_script(record: Record, case: Case, bundle: str, shims) -> list:
                   "alone:", "", "```", mlir_host.opt_command(), "```", ""]
         for name in (mlir_host.TORCH_IR, mlir_host.LINALG_IR):
             parts += _inline_ir(bundle, name)
-    if adapter_bundle.is_adapter_bug(record) and os.path.exists(os.path.join(bundle, adapter_bundle.KERNEL_FILE)):
+    if _kernel_only(record, bundle):
         parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter: Inductor's Triton "
                   "kernel lowered to TTIR by Triton (CPU target), with its ops rewritten for the adapter's "
                   "older Triton dialect.", ""]
-    elif harness_only(record.route):
+    if _kernel_launch(bundle):
+        parts += [f"`{kernel_bundle.LAUNCH_FILE}` holds every buffer of the launch before it runs and as "
+                  f"Triton's interpreter leaves it (`{kernel_bundle.SOURCE_FILE}` under `TRITON_INTERPRET=1`, "
+                  f"same grid and arguments). `{kernel_bundle.LINALG_FILE}` is the adapter's output.", ""]
+        parts += _inline_ir(bundle, kernel_bundle.LINALG_FILE)
+    elif harness_only(record.route) and not _kernel_only(record, bundle):
         parts += [f"`repro.py` runs `case.json` through torchsim-diff, the only driver of this compiler "
                   "chain.", ""]
     return parts
 
 
 def _kernel_only(record: Record, bundle: str) -> bool:
-    """Whether the bundle reproduces an adapter bug on its kernel alone (kernel.ttir)."""
-    return adapter_bundle.is_adapter_bug(record) and os.path.exists(os.path.join(bundle, adapter_bundle.KERNEL_FILE))
+    """Whether the bundle reproduces a triton-spike bug on one kernel alone (kernel.ttir)."""
+    return record.route == "triton-spike" and os.path.exists(os.path.join(bundle, adapter_bundle.KERNEL_FILE))
+
+
+def _kernel_launch(bundle: str) -> bool:
+    """Whether the bundle runs one launch of its kernel on the host (report.kernel_bundle)."""
+    return os.path.exists(os.path.join(bundle, kernel_bundle.LAUNCH_FILE))
 
 
 INLINE_IR_LINES = 40        # IR files up to this long are shown in ISSUE.md too
@@ -732,6 +779,15 @@ def _description(record: Record, case: Case, kernel_only: bool = False) -> str:
     return (f"`{expression(case, failing_outputs(record, case))}` {what} when compiled with "
             f"{_compiler_name(record)}{_found_on(record)}. Inputs: {layouts or 'none'}.{truth} "
             f"{_divergence(record, case)}").rstrip()
+
+
+def _launch_description(record: Record, case: Case) -> str:
+    outcome = ("crashes on a launch that Triton's interpreter runs" if record.kind == Kind.CRASH.value else
+               "gives values that differ from Triton's interpreter on the same launch")
+    return (f"Inductor's Triton kernel for `{expression(case, case.outputs)}` ({kernel_bundle.SOURCE_FILE}), "
+            f"lowered by triton-adapter-opt with triton-ascend's ttir_to_linalg pass list (its CPU path) and "
+            f"compiled for this host by LLVM 19, {outcome}. `repro.py` runs that one launch and compares "
+            f"every buffer.")
 
 
 def _compiler_name(record: Record) -> str:
@@ -774,6 +830,21 @@ def versions_text(record: Record, case: Case, kernel_only: bool = False) -> str:
     if project_of(record).name == "pytorch":
         text += "\n" + "\n".join(line for line in _collect_env().splitlines() if line.startswith(ENV_LINES)) + "\n"
     return text
+
+
+def launch_versions_text() -> str:
+    """The versions a kernel-launch repro.py (report.kernel_bundle) runs with."""
+    import torch
+    adapter = next((f"{k}: {v}" for k, v in _route_report("triton-spike").items() if "adapter" in k),
+                   "triton-adapter-opt: unknown")
+    lines = [adapter, f"triton (wrote kernel.ttir; interpreter for the expected values): {_dist_version('triton')}",
+             f"torch: {torch.__version__}"]
+    for tool in ("mlir-opt-19", "clang-19"):
+        found = shutil.which(tool)
+        banner = subprocess.run([found, "--version"], capture_output=True, text=True).stdout if found else ""
+        version = re.search(r"version (\S+)", banner)
+        lines.append(f"{tool}: {version.group(1) if version else 'not found'}")
+    return "\n".join(lines) + "\n"
 
 
 def _dist_version(name: str) -> str:

@@ -248,9 +248,13 @@ def main(argv=None) -> int:
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--executor", choices=EXECUTORS, default="interpreter")
     parser.add_argument("--json", action="store_true", help="print launch reports as one JSON line")
+    parser.add_argument("--outputs-to", metavar="DIR",
+                        help="write each buffer's bytes after the replay to DIR/<buffer>.bin (one launch)")
     args = parser.parse_args(argv)
     if args.executor == "interpreter":
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    if args.outputs_to:
+        return _write_outputs(args.paths, args.executor, args.outputs_to)
     reports = [replay_launch(CapturedLaunch(f), executor=args.executor)
                for p in args.paths for f in launch_folders(p)]
     if args.json:
@@ -258,6 +262,18 @@ def main(argv=None) -> int:
     else:
         print(ReplayReport(reports).summary())
     return 0 if all(r.ok for r in reports) else 1
+
+
+def _write_outputs(paths: list, executor: str, to_dir: str) -> int:
+    folders = [f for p in paths for f in launch_folders(p)]
+    if len(folders) != 1:
+        print(f"--outputs-to takes one launch; {len(folders)} found", file=sys.stderr)
+        return 2
+    os.makedirs(to_dir, exist_ok=True)
+    for buf, data in run_launch(CapturedLaunch(folders[0]), executor=executor).items():
+        with open(os.path.join(to_dir, f"{buf}.bin"), "wb") as handle:
+            handle.write(data)
+    return 0
 
 
 if __name__ == "__main__":
