@@ -354,3 +354,11 @@ def test_an_adapter_kernel_report_speaks_of_the_kernel_and_the_adapters_version_
     assert "`kernel.ttir`" in text and "triton-spike" not in text and "strides" not in text
     versions = bundles.versions_text(record, add_case, kernel_only=True)
     assert versions.splitlines()[1].startswith("triton (wrote kernel.ttir): ") and "torch" not in versions
+
+
+def test_a_quoted_run_names_files_inside_the_bundle_not_the_folder_it_ran_in_and_leaves_no_bytecode(tmp_path):
+    (tmp_path / "helper.py").write_text("VALUE = 1\n")
+    (tmp_path / "repro.py").write_text("import os, sys\nimport helper\nprint(os.path.abspath(__file__))\nsys.exit(1)\n")
+    quoted = bundles.run_script(str(tmp_path))
+    assert quoted.splitlines() == ["repro.py", "$ echo $?  # 1"]
+    assert not (tmp_path / "__pycache__").exists()

@@ -451,6 +451,7 @@ def run_script(bundle: str, python: str = sys.executable, timeout_s: float = 300
     status, out, _err = run_repro(bundle, python, timeout_s)
     if status == TIMED_OUT:
         return f"(no result within {timeout_s:g} s)"
+    out = out.replace(os.path.abspath(bundle) + os.sep, "")     # the folder it ran in is the exporter's
     lines = out.rstrip("\n").splitlines()[-40:]
     return "\n".join(lines + [f"$ echo $?  # {status}"])
 
@@ -462,8 +463,9 @@ def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300,
     """(exit status or TIMED_OUT, stdout, stderr) of one run of the bundle's repro.py in a
     fresh process, as a maintainer runs it. started: called with the process once it runs
     (so that an interrupt can kill it); a run past `timeout_s` is killed."""
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}     # a bundle ships no __pycache__ of its own
     with subprocess.Popen([python, "repro.py"], cwd=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          stdin=subprocess.DEVNULL, text=True) as proc:
+                          stdin=subprocess.DEVNULL, text=True, env=env) as proc:
         if started is not None:
             started(proc)
         try:

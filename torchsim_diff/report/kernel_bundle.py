@@ -14,7 +14,9 @@ and a repro.py that runs the adapter's pass list, lowers its linalg with LLVM 19
 mlir-translate and clang into a shared library (memrefCopy from libmlir-19's runner utils),
 walks the grid through ctypes in the adapter's calling convention (lock and workspace, then
 the kernel's arguments, then num_programs and program_id, x fastest, as the route's Spike
-driver does) and compares every buffer with the interpreter's. It exits 1 while they differ,
+driver does) and compares every buffer with the interpreter's. The launch runs twice, with
+glibc's MALLOC_PERTURB_ at 128 and at 127, so that memory the kernel allocates and reads
+before writing holds other bytes each time (a kernel reading it cannot pass by luck). It exits 1 while they differ,
 0 once they agree, 2 when a tool is missing or a stage fails.
 
     written = write_kernel_bundle(case_artifacts, bundle, head)   # False: no such launch
@@ -186,7 +188,7 @@ GRID = {tuple(grid)!r}
 ARGS = {arguments!r}  # ("buffer", name, byte offset, elements) or (ctypes type, value)
 TOLERANCE = {tolerance}
 os.chdir(os.path.dirname(os.path.abspath(__file__)))
-if "MALLOC_PERTURB_" not in os.environ:  # compile, then launch twice: fresh memory all 0x7F bytes, then all 0x80
+if "MALLOC_PERTURB_" not in os.environ:  # compile, then launch twice, malloc's memory filled otherwise each time
     tools = [os.environ.get("TRITON_ADAPTER_OPT") or shutil.which("triton-adapter-opt"),
              *map(shutil.which, ("mlir-opt-19", "mlir-translate-19", "clang-19"))]
     if not all(tools) or not os.path.exists(RUNNER_UTILS):
@@ -203,9 +205,9 @@ if "MALLOC_PERTURB_" not in os.environ:  # compile, then launch twice: fresh mem
             sys.exit(print(f"cannot run here: {{os.path.basename(step[0])}} failed:", done.stderr[-1500:]) or 2)
     codes = [subprocess.run([sys.executable, __file__], env={{**os.environ, "MALLOC_PERTURB_": fill}}).returncode
              for fill in ("128", "127")]  # glibc fills what malloc returns with the complement of this byte
-    for fill, code in zip(("0x7F", "0x80"), codes):
+    for fill, code in zip(("128", "127"), codes):
         if code < 0:
-            print(f"REPRODUCES: with fresh memory {{fill}}, the launch died of signal {{-code}}")
+            print(f"REPRODUCES: with MALLOC_PERTURB_={{fill}}, the launch died of signal {{-code}}")
     sys.exit(2 if 2 in codes else 1 if any(codes) else 0)
 kernel = getattr(ctypes.CDLL(os.path.abspath("kernel.so")), "_mlir_ciface_{kernel}")
 launch = torch.load("{LAUNCH_FILE}", weights_only=True)  # buffers before the launch; Triton's interpreter's after it
@@ -225,7 +227,7 @@ for name, want in launch["expected"].items():
         torch.testing.assert_close(buffers[name], want, equal_nan=True, **TOLERANCE)
     except AssertionError as error:
         failed, got = True, buffers[name]
-        print(f"{{name}}, fresh memory 0x{{255 - int(os.environ['MALLOC_PERTURB_']):02X}}:", str(error).strip(),
+        print(f"{{name}}, MALLOC_PERTURB_={{os.environ['MALLOC_PERTURB_']}}:", str(error).strip(),
               "index, interpreter, compiled here:", sep="\\n")
         for i in (~torch.isclose(got.double(), want.double(), equal_nan=True, **TOLERANCE)).nonzero()[:5, 0].tolist():
             print(f"  [{{i}}] {{want[i].item()!r}} {{got[i].item()!r}}")
