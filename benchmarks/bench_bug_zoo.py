@@ -1,8 +1,9 @@
 """Bug zoo: how well fuzz + reduce-then-bucket finds and files the planted bugs.
 
-    python benchmarks/bench_bug_zoo.py [--cases 100] [--seed 1] [--budget 60] [--bugs a,b]
+    python benchmarks/bench_bug_zoo.py [--cases 100] [--seed 1] [--budget 60] [--bugs a,b] [--zoo {1,2,all}]
 
 Runs one `fuzz` campaign (the CLI's, reduction on) per planted bug of benchmarks/bug_zoo
+(--zoo: round 1, planted.ZOO; round 2, round2.ROUND2; or both)
 and prints per bug: found or not, cases to the first failure, buckets, merges (another bug
 with the same signature, route left out), the reduced case's size and the time from first
 failure to the reduced case, then the medians against the issue's targets. Figures, never asserts.
@@ -52,13 +53,20 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--budget", type=float, default=60.0)
     parser.add_argument("--bugs", help="only these zoo routes (comma-separated)")
+    parser.add_argument("--zoo", choices=["1", "2", "all"], default="all", help="which round of planted bugs")
     args = parser.parse_args(argv)
     os.environ.update(planted.environment())
-    names = [cls.name for cls in planted.ZOO]
+    names = [cls.name for cls in _zoo(args.zoo)]
     chosen = args.bugs.split(",") if args.bugs else names
     rows = [run_bug(name, args) for name in chosen]
     _print(rows)
     return 0
+
+
+def _zoo(which: str) -> tuple:
+    """The planted bug classes of round 1, round 2 or both."""
+    from benchmarks.bug_zoo.round2 import ROUND2
+    return {"1": planted.ZOO, "2": ROUND2, "all": planted.ZOO + ROUND2}[which]
 
 
 def _print(rows) -> None:

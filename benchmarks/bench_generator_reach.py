@@ -2,7 +2,8 @@
 --max-examples N --dtype D` draws (the same strategy, seed and de-duplication), and what they
 cover: nodes per op (min/median/max, Gini, ops never drawn), the value-tail and size-tail
 shares, the share with a second size (dynamic shapes), the share dynamic=mixed compiles
-dynamically, and the drawing time per case.
+dynamically, the drawing time per case, the operand forms of binary pointwise nodes (same
+shape, 0-d or broadcasting on either side) and the share of cases holding each view class.
 
     python benchmarks/bench_generator_reach.py --cases 150 --seed 1 --dtypes float32,int64
 """
@@ -11,7 +12,13 @@ import collections
 import statistics
 import time
 
+import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from torchsim_diff.case import layout
+from torchsim_diff.case.program_check import eval_expression
+from torchsim_diff.ops import get_op
+from torchsim_diff.ops.pointwise import OPERAND_FORMS
 
 from torchsim_diff.run import second_size
 from torchsim_diff.generate.draws import DRAWS_PER_CASE
@@ -54,6 +61,54 @@ def report(dtype: str, drawn: list, seconds: float) -> None:
           f"{1000 * seconds / max(len(drawn), 1):.1f} ms to draw a case")
 
 
+def node_shapes(case) -> dict:
+    """Every input's and node's shape, from the program run on meta tensors."""
+    env = {s["name"]: torch.empty(s["shape"], dtype=layout.dtype_of(s["dtype"]), device="meta") for s in case.inputs}
+    for node in case.nodes:
+        result = eval_expression(get_op(node["op"]).emit(list(node["args"]), node["attrs"]), {"torch": torch, **env})
+        env[node["id"]] = result
+    return {name: list(t.shape) for name, t in env.items() if isinstance(t, torch.Tensor)}
+
+
+def operand_form(left: list, right: list) -> str:
+    """Which of OPERAND_FORMS two operand shapes make."""
+    if left == right:
+        return "same shape"
+    if not right:
+        return "right 0-d"
+    if not left:
+        return "left 0-d"
+    return "right broadcasts" if torch.broadcast_shapes(left, right) == torch.Size(left) else "left broadcasts"
+
+
+BINARY_OPS = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "fmod", "remainder", "floor_divide", "atan2",
+              "eq", "ne", "lt", "le", "gt", "ge"}
+VIEW_OPS = {"slice", "narrow", "select", "transpose", "permute", "expand", "view", "reshape", "unsqueeze", "squeeze"}
+VIEW_CLASSES = {
+    "step slice": lambda case, node, ids: node["op"] == "slice" and node["attrs"]["step"] > 1,
+    "view of a view": lambda case, node, ids: node["op"] in VIEW_OPS and ids.get(node["args"][0]) in VIEW_OPS,
+    "view after an op": lambda case, node, ids: node["op"] in VIEW_OPS and ids.get(node["args"][0]) not in VIEW_OPS | {None},
+    "in-place write through a view": lambda case, node, ids: bool(node["attrs"].get("view")),
+}
+
+
+def forms_and_views(drawn: list) -> None:
+    forms = collections.Counter()
+    for case in drawn:
+        shapes = node_shapes(case)
+        for node in case.nodes:
+            if node["op"] in BINARY_OPS and len(node["args"]) == 2:
+                forms[operand_form(*(shapes[a] for a in node["args"]))] += 1
+    total = sum(forms.values())
+    print("  binary operand forms: " + ", ".join(f"{f} {100.0 * forms[f] / max(total, 1):.0f}%" for f in OPERAND_FORMS)
+          + f" ({total} nodes)")
+    views = {}
+    for name, holds in VIEW_CLASSES.items():
+        views[name] = share(drawn, lambda c: any(holds(c, n, {m["id"]: m["op"] for m in c.nodes}) for n in c.nodes))
+    views["overlapping input"] = share(drawn, lambda c: any("overlapping" in s["layout"]["classes"] for s in c.inputs))
+    print("  cases with a view class: " + ", ".join(f"{name} {value:.1f}%" for name, value in views.items()))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=150)
@@ -64,6 +119,7 @@ def main():
         start = time.perf_counter()
         drawn = draw(dtype, args.cases, args.seed)
         report(dtype, drawn, time.perf_counter() - start)
+        forms_and_views(drawn)
 
 
 if __name__ == "__main__":

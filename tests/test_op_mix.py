@@ -34,3 +34,13 @@ def test_mix_row_shows_the_dynamic_share_of_compiled_records():
     row = mix_rows(records)[0]
     assert row["dynamic %"] == pytest.approx(66.7) and row["second size % of dynamic"] == 50.0
     assert "dynamic %" not in mix_rows([_record("e", ["add"])])[0]
+
+
+def test_every_family_is_registered_even_when_one_family_module_is_imported_first():
+    """Importing ops.pointwise first (for its OPERAND_FORMS) once left all_ops() with pointwise alone."""
+    import subprocess
+    import sys
+    code = ("import torchsim_diff.ops.pointwise\nfrom torchsim_diff.ops import FAMILIES, all_ops\n"
+            "print(sorted({s.family for s in all_ops().values()}) == sorted(FAMILIES))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "True", done.stderr

@@ -540,7 +540,7 @@ def cmd_table(args) -> int:
     from torchsim_diff.results.jsonl import find_results, read_all
     kinds = {"summary": tables.summary_rows, "tolerance": tables.tolerance_rows,
              "buckets": tables.bucket_rows, "coverage": tables.coverage_rows, "mix": tables.mix_rows,
-             "history": lambda _records: _history_rows(args.buckets)}
+             "args": tables.args_rows, "history": lambda _records: _history_rows(args.buckets)}
     chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
     for name in chosen:
         if name not in kinds:
@@ -685,7 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")
     p.add_argument("--format", choices=FORMATS, default="plain")
-    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix,history "
+    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix,args,history "
                                     "(default: all but mix and history)")
     p.add_argument("--buckets", default=DEFAULT_HISTORY,
                    help="bucket history for the history table (default: reports/buckets.sqlite)")

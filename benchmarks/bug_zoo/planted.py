@@ -193,8 +193,9 @@ def environment() -> dict:
     """Environment variables that register the zoo's routes in this process and its workers."""
     from torchsim_diff.routes import EXTRA_ROUTES_ENV
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks.bug_zoo.round2 import ROUND2
     from benchmarks.bug_zoo.shared_ops import SHARED_OP_ZOO
-    routes = ",".join(f"{cls.name}={cls.__module__}:{cls.__name__}" for cls in ZOO + SHARED_OP_ZOO)
+    routes = ",".join(f"{cls.name}={cls.__module__}:{cls.__name__}" for cls in ZOO + SHARED_OP_ZOO + ROUND2)
     extra = os.environ.get(EXTRA_ROUTES_ENV)
     return {EXTRA_ROUTES_ENV: ",".join(filter(None, [extra, routes])),
             "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}

@@ -16,10 +16,12 @@ twice.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
+import functools
+import os
 import random
+import sys
 
 import torch
 from hypothesis import strategies as st
@@ -28,6 +30,7 @@ from torchsim_diff.case import layout
 from torchsim_diff.case.graph import SCHEMA, Case
 from torchsim_diff.ops import FAMILIES, all_ops, ops_in
 from torchsim_diff.case.program_check import eval_expression
+from torchsim_diff.generate.schedules import ArgumentSchedule, CoverageSchedule
 
 SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33, 64, 129)
 # The size tail: just above powers of two and block sizes (masked tails, remainder loops),
@@ -75,33 +78,79 @@ class Value:
     strides_known: bool = True  # meta's strides are eager's (see META_STRIDES_DIFFER)
 
 
+def _operand(method):
+    """Draws made while picking or making an operand belong to the operand (its shape,
+    layout, which earlier value), not to the op's arguments: they are not scheduled."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        self._depth += 1
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._depth -= 1
+    return wrapper
+
+
 class GraphBuilder:
-    """What an op's `build` uses to draw operands and attributes."""
+    """What an op's `build` uses to draw operands and attributes.
+
+    arguments, history: with an ArgumentSchedule, the choices an op's build makes at its own
+    level (draw_bool, draw_int over a short range, draw_choice) take the schedule's option,
+    keyed by `history` (everything the case drew so far); `choices` lists them for the
+    schedule's counts."""
+
+    SCHEDULED_INT_RANGE = 32     # draw_int over more values than this stays Hypothesis's
 
     def __init__(self, draw, *, dtype: str, max_numel: int, layout_classes, value_tail=None,
-                 odd_sizes: bool = False):
+                 odd_sizes: bool = False, arguments: ArgumentSchedule | None = None, history: list | None = None):
         self.draw, self.dtype, self.max_numel = draw, dtype, max_numel
         self.layout_classes = layout_classes
         self.value_tail, self.odd_sizes = value_tail, odd_sizes
+        self.arguments, self.history = arguments, history
         self.inputs: list = []
         self.nodes: list = []
         self.values: dict = {}
         self.consumed: set = set()
+        self.choices: list = []
         self._avoid: frozenset = frozenset()
+        self._op: str | None = None
+        self._depth = 0
 
     # -- primitive draws -------------------------------------------------------------
     def draw_bool(self, p: float = 0.5) -> bool:
+        if self._scheduling():
+            return self._scheduled([False, True], [1.0 - p, p])
         return self.draw(st.integers(0, 99)) < int(p * 100)
 
     def draw_int(self, lo: int, hi: int) -> int:
-        return self.draw(st.integers(lo, max(lo, hi)))
+        hi = max(lo, hi)
+        if self._scheduling() and hi - lo < self.SCHEDULED_INT_RANGE:
+            return self._scheduled(list(range(lo, hi + 1)))
+        return self.draw(st.integers(lo, hi))
 
     def draw_choice(self, options):
+        if self._scheduling():
+            return self._scheduled(list(options))
         return self.draw(st.sampled_from(list(options)))
+
+    def _scheduling(self) -> bool:
+        return self.arguments is not None and self._op is not None and self._depth == 0
+
+    def _scheduled(self, options: list, weights=None):
+        """The schedule's pick among `options` (those of positive weight) for this op's next slot."""
+        if weights is not None:
+            options, weights = zip(*[(o, w) for o, w in zip(options, weights) if w > 0])
+        caller = sys._getframe(2)         # the line of the op's build (or builder helper) that chose
+        slot = f"{self._op}@{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
+        self.draw(st.integers(0, 2**32 - 1))         # the choice's own ticket, part of the key
+        option = self.arguments.choose(slot, f"{slot}|{self.history!r}", options, weights)
+        self.choices.append((slot, option))
+        return option
 
     def fits(self, numel: int) -> bool:
         return numel <= self.max_numel
 
+    @_operand
     def draw_size(self, scale: int = 1) -> int:
         """A dimension size such that `scale * size` stays within the element budget."""
         sizes = ODD_SIZES if self.odd_sizes and self.draw_bool(0.7) else SIZES
@@ -109,6 +158,7 @@ class GraphBuilder:
         allowed = allowed or [s for s in SIZES if s * max(scale, 1) <= self.max_numel] or [1]
         return self.draw_choice(allowed)
 
+    @_operand
     def draw_shape(self, min_rank: int = 0, max_rank: int = 4, scale: int = 1) -> list:
         rank = self.draw_int(min_rank, max_rank)
         shape, numel = [], max(scale, 1)
@@ -125,12 +175,18 @@ class GraphBuilder:
     def draw_permutation(self, n: int) -> list:
         return list(self.draw(st.permutations(range(n)))) if n else []
 
+    def draw_dim(self, rank: int) -> int:
+        """A dim of a rank-`rank` tensor, written from the end (-1 for the last) one time in four."""
+        dim = self.draw_int(0, rank - 1)
+        return dim - rank if self.draw_bool(0.25) else dim
+
     def reduction_dims(self, rank: int):
-        """A sorted list of distinct dims, or None for a full reduction."""
+        """A sorted list of distinct dims (one, several or all, some written from the end:
+        -1 for the last), or None for a full reduction."""
         if rank == 0 or self.draw_bool(0.15):
             return None
-        dims = self.draw(st.sets(st.integers(0, rank - 1), min_size=1, max_size=rank))
-        return sorted(dims)
+        dims = [d for d in range(rank) if self.draw_bool()] or [self.draw_int(0, rank - 1)]
+        return sorted(d - rank if self.draw_bool(0.25) else d for d in dims)
 
     def draw_reshape(self, shape) -> list:
         """A shape with the same number of elements: merge, split, flatten or add a unit dim."""
@@ -168,6 +224,7 @@ class GraphBuilder:
         return n
 
     # -- operands ----------------------------------------------------------------------
+    @_operand
     def value(self, domain: str = "real", *, min_rank: int = 0, max_rank: int = 4,
               exact_rank: int | None = None) -> str:
         """An existing value in `domain` and rank range, or a new input."""
@@ -178,6 +235,7 @@ class GraphBuilder:
             return self.draw_choice(found)
         return self.new_input(self.draw_shape(min_rank, max_rank), domain)
 
+    @_operand
     def value_of_shape(self, shape, domain: str = "real") -> str:
         shape = list(shape)
         found = self._candidates(domain, lambda m: list(m.shape) == shape)
@@ -185,6 +243,7 @@ class GraphBuilder:
             return self.draw_choice(found)
         return self.new_input(shape, domain)
 
+    @_operand
     def broadcastable_to(self, shape, domain: str = "real") -> str:
         """A value whose shape broadcasts to `shape` without growing it."""
         shape = list(shape)
@@ -194,12 +253,14 @@ class GraphBuilder:
         kept = [1 if self.draw_bool(0.4) else s for s in shape[drop:]]
         return self.value_of_shape(kept, domain)
 
+    @_operand
     def index_input(self, shape, *, high: int, unique: bool = False, dim: int = 0) -> str:
         """A new int64 input with values in [0, high) (distinct along `dim` when unique)."""
         domain = {"kind": "unique_index", "high": high, "dim": dim} if unique else {"kind": "index", "high": high}
         return self._add_input(list(shape), "int64", domain, mutable=False, value_domain="index",
                                distinct_elements=unique)
 
+    @_operand
     def new_input(self, shape, domain: str = "real", dtype: str | None = None, tail: bool = True) -> str:
         """A new input; `dtype` other than the case's makes a mixed-dtype operand;
         tail=False keeps it out of the case's value tail."""
@@ -214,12 +275,7 @@ class GraphBuilder:
 
     def mutable_target(self, *, min_rank: int = 0, prefer_view: bool = False):
         """(input name, view attrs or None, written shape) for an in-place write."""
-        found = [n for n, v in self.values.items() if v.mutable and v.meta.dim() >= min_rank]
-        if found and self.draw_bool(0.3):
-            name = self.draw_choice(found)
-        else:
-            name = self._add_input(self.draw_shape(min_rank, 4), self.dtype, self._domain("real"),
-                                   mutable=True, value_domain="real")
+        name = self._target_input(min_rank)
         self._avoid = frozenset({name})
         view = self._draw_target_view(self.shape(name), min_rank) if (prefer_view or self.draw_bool(0.4)) else None
         meta = self.values[name].meta
@@ -227,6 +283,14 @@ class GraphBuilder:
             from torchsim_diff.ops.inplace import target_expr
             meta = eval_expression(target_expr("t", view), {"t": meta})
         return name, view, list(meta.shape)
+
+    @_operand
+    def _target_input(self, min_rank: int) -> str:
+        found = [n for n, v in self.values.items() if v.mutable and v.meta.dim() >= min_rank]
+        if found and self.draw_bool(0.3):
+            return self.draw_choice(found)
+        return self._add_input(self.draw_shape(min_rank, 4), self.dtype, self._domain("real"),
+                               mutable=True, value_domain="real")
 
     def _draw_target_view(self, shape, min_rank: int):
         kinds = []
@@ -278,7 +342,11 @@ class GraphBuilder:
     # -- nodes -------------------------------------------------------------------------
     def add_node(self, spec) -> None:
         self._avoid = frozenset()
-        args, attrs = spec.build(self)
+        self._op = spec.name
+        try:
+            args, attrs = spec.build(self)
+        finally:
+            self._op = None
         node_id = f"v{len(self.nodes)}"
         expr = spec.emit(list(args), attrs)
         metas = {name: v.meta for name, v in self.values.items()}
@@ -409,7 +477,7 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
     """
     chosen = _check_arguments(dtype, min_nodes, max_nodes, ops, families, max_numel, layouts)
     classes = tuple(layouts or layout.LAYOUT_CLASSES)
-    schedule = CoverageSchedule(chosen)
+    schedule, arguments = CoverageSchedule(chosen), ArgumentSchedule()
     tails = VALUE_TAILS if dtype in FLOAT_DTYPES else ()
 
     @st.composite
@@ -424,7 +492,7 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
         seed = draw(st.integers(0, 2**31 - 1))
         value_tail, odd_sizes = _tails(seed, tails)
         builder = GraphBuilder(draw, dtype=dtype, max_numel=max_numel, layout_classes=classes,
-                               value_tail=value_tail, odd_sizes=odd_sizes)
+                               value_tail=value_tail, odd_sizes=odd_sizes, arguments=arguments, history=drawn)
         # The largest of three draws: graphs of several nodes are common (every op needs its
         # share of nodes), and each draw still shrinks towards min_nodes.
         nodes = max(draw(st.integers(min_nodes, max_nodes)) for _ in range(3))
@@ -433,6 +501,7 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
             builder.add_node(schedule.op_for(repr(drawn), builder.nodes))
         case = builder.case(seed=seed, special=special_values)
         schedule.record(case)
+        arguments.record(case, builder.choices)
         return case
 
     return _cases()
@@ -445,53 +514,6 @@ def _tails(seed: int, value_tails) -> tuple:
     rng = random.Random(seed)
     tail = rng.choice(value_tails) if value_tails and rng.random() < VALUE_TAIL_PERCENT / 100 else None
     return tail, rng.random() < SIZE_TAIL_PERCENT / 100
-
-
-class CoverageSchedule:
-    """Coverage-guided op choice, in place of `sampled_from` (whose pull towards the first
-    op made relu a fifth of all nodes and left a dozen ops undrawn).
-
-    A node is keyed by everything its case drew before it (seed, earlier nodes' operands
-    and attributes) plus a ticket of its own. A key seen for the first time gets the op
-    drawn least so far in this strategy's life (ties broken by the key), or, for one key
-    in RANDOM_SHARE, any op, so that ops still meet at random. Counts grow once per
-    distinct case. Hypothesis repeats small and recent choices often (a bare ticket
-    repeated for 60% of nodes); whole prefixes repeat far less, so rare ops catch up.
-
-    A key keeps its op, so replaying a drawn case (Hypothesis's final replay of a failure,
-    a shrink step that drops trailing nodes) builds the same graph; a shrink step that
-    changes an earlier draw re-keys the nodes after it, so multi-node shrinking is coarser
-    than with fixed op choices (`torchsim-diff reduce` works on the case JSON instead).
-    Keys live as long as the strategy: a case is reproduced from its JSON, not from the
-    example database.
-    """
-
-    RANDOM_SHARE = 0.05
-
-    def __init__(self, ops):
-        self.ops = list(ops)
-        self.counts = collections.Counter()
-        self._ops_by_ticket: dict = {}
-        self._cases: set = set()
-
-    def op_for(self, ticket: str, nodes=()):
-        """The op for a node keyed by `ticket`, after `nodes` of its case."""
-        if ticket not in self._ops_by_ticket:
-            rng = random.Random(ticket)
-            if rng.random() < self.RANDOM_SHARE:
-                op = rng.choice(self.ops)
-            else:
-                pending = collections.Counter(node["op"] for node in nodes)
-                op = min(self.ops, key=lambda o: (self.counts[o.name] + pending[o.name], rng.random()))
-            self._ops_by_ticket[ticket] = op
-        return self._ops_by_ticket[ticket]
-
-    def record(self, case) -> None:
-        """Count the ops of a finished case, once per distinct case: Hypothesis draws
-        some cases again, and a campaign runs each once."""
-        if case.case_id not in self._cases:
-            self._cases.add(case.case_id)
-            self.counts.update(node["op"] for node in case.nodes)
 
 
 @contextlib.contextmanager

@@ -78,6 +78,9 @@ def register(spec: OpSpec) -> OpSpec:
     return spec
 
 
+_LOADED = False
+
+
 def _load_families() -> None:
     # Registry order is listing order; which op a node gets is the coverage schedule's choice.
     import importlib
@@ -87,9 +90,12 @@ def _load_families() -> None:
 
 
 def all_ops() -> dict:
-    """name -> OpSpec for every registered op."""
-    if not _REGISTRY:
+    """name -> OpSpec for every registered op (every family loaded, even when one family
+    module was imported first and its ops alone are registered so far)."""
+    global _LOADED
+    if not _LOADED:
         _load_families()
+        _LOADED = True
     return dict(_REGISTRY)
 
 

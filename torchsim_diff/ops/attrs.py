@@ -24,11 +24,13 @@ EINSUM_EQUATION = re.compile(r"[a-z]{0,8}(,[a-z]{0,8}){0,3}(->[a-z]{0,8})?")
 @dataclasses.dataclass(frozen=True)
 class Attr:
     """One attribute's type: `accepts(value)` says whether a JSON value fits, `describe` says
-    in words what fits (for the error line). An optional attribute may be left out."""
+    in words what fits (for the error line). An optional attribute may be left out.
+    `choices` lists its whole domain when that is a few values (the argument census's goal)."""
 
     describe: str
     accepts: Callable[[object], bool]
     optional: bool = False
+    choices: tuple | None = None        # every value it may hold, when they are few (bools, names)
 
 
 def _is_int(value) -> bool:
@@ -44,7 +46,7 @@ def _is_int_list(value) -> bool:
 
 
 INT = Attr("an integer", _is_int)
-BOOL = Attr("true or false", lambda v: isinstance(v, bool))
+BOOL = Attr("true or false", lambda v: isinstance(v, bool), choices=(False, True))
 NUMBER = Attr("a finite number", _is_number)
 INTS = Attr(f"a list of at most {LIST_LIMIT} integers", _is_int_list)
 EQUATION = Attr("an einsum equation of letters, commas and '->'",
@@ -60,12 +62,14 @@ def optional(attr: Attr) -> Attr:
 
 def or_none(attr: Attr) -> Attr:
     """`attr`, or null."""
-    return Attr(f"{attr.describe} or null", lambda v: v is None or attr.accepts(v), attr.optional)
+    choices = (None, *attr.choices) if attr.choices else None
+    return Attr(f"{attr.describe} or null", lambda v: v is None or attr.accepts(v), attr.optional, choices)
 
 
 def one_of(*choices: str) -> Attr:
     """One of a closed set of strings."""
-    return Attr("one of " + ", ".join(repr(c) for c in choices), lambda v: isinstance(v, str) and v in choices)
+    return Attr("one of " + ", ".join(repr(c) for c in choices), lambda v: isinstance(v, str) and v in choices,
+                choices=tuple(choices))
 
 
 def record(kinds: dict) -> Attr:

@@ -69,7 +69,7 @@ def _build_rms_norm(b):
     shape = b.shape(x)
     normalized = list(shape[-b.draw_int(1, min(len(shape), 2)):])
     args = [x, b.value_of_shape(normalized)] if b.draw_bool() else [x]
-    return args, {"normalized_shape": normalized, "eps": b.draw_choice([1e-6, 1e-5])}
+    return args, {"normalized_shape": normalized, "eps": b.draw_choice([1e-6, 1e-5, 0.1])}
 
 
 def _emit_rms_norm(args, attrs):

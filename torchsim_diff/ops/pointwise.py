@@ -12,11 +12,24 @@ def unary(name, fn, *, rounding, domain="real", dtypes="float", result_domain="r
                     result_domain=result_domain))
 
 
+# How a binary op's operands come: same shape, one broadcasting to the other (size-1 or fewer
+# dims), or one 0-d; each on either side.
+OPERAND_FORMS = ("same shape", "right broadcasts", "left broadcasts", "right 0-d", "left 0-d")
+
+
 def binary(name, fn, *, rounding, lhs="real", rhs="real", dtypes="float", result_domain="real"):
     def build(b):
-        x = b.value(domain=lhs)
-        y = b.broadcastable_to(b.shape(x), domain=rhs)
-        return ([y, x] if b.draw_bool() and rhs == lhs else [x, y]), {}
+        form = b.draw_choice(OPERAND_FORMS)
+        small_on_left = form.startswith("left")
+        full = b.value(domain=rhs if small_on_left else lhs)
+        other = lhs if small_on_left else rhs
+        if form == "same shape":
+            small = b.value_of_shape(b.shape(full), domain=other)
+        elif form.endswith("0-d"):
+            small = b.value_of_shape([], domain=other)
+        else:
+            small = b.broadcastable_to(b.shape(full), domain=other)
+        return ([small, full] if small_on_left else [full, small]), {}
     register(OpSpec(name, "pointwise", lambda a, k: call(fn, a), build, rounding=rounding, dtypes=dtypes,
                     result_domain=result_domain))
 

@@ -39,7 +39,7 @@ def _build_one_dim(b):
     rank = len(b.shape(x))
     if rank == 0 or b.draw_bool(0.2):
         return [x], {}
-    return [x], {"dim": b.draw_int(0, rank - 1), "keepdim": b.draw_bool()}
+    return [x], {"dim": b.draw_dim(rank), "keepdim": b.draw_bool()}
 
 
 def _emit_one(fn):
@@ -63,8 +63,9 @@ def _build_var(b):
     reduced = 1
     for d in (range(len(shape)) if dims is None else dims):
         reduced *= shape[d]
-    # correction=1 over a single element divides by zero: eager's NaN is not a finding.
-    correction = b.draw_int(0, 1) if reduced > 1 else 0
+    # A correction of at least the elements reduced divides by zero or less: eager's NaN or
+    # negative variance is not a finding.
+    correction = b.draw_int(0, min(reduced - 1, 2))
     attrs = {"correction": correction, "keepdim": b.draw_bool()}
     if dims is not None:
         attrs["dim"] = dims
@@ -102,7 +103,7 @@ register(OpSpec("logsumexp", "reduction",
 
 def _build_max_dim(b):
     x = b.value(min_rank=1)
-    return [x], {"dim": b.draw_int(0, len(b.shape(x)) - 1), "keepdim": b.draw_bool()}
+    return [x], {"dim": b.draw_dim(len(b.shape(x))), "keepdim": b.draw_bool()}
 
 
 register(OpSpec("max_dim", "reduction",

@@ -42,7 +42,7 @@ _register("argsort", lambda a, k: call("torch.argsort", a, dim=k["dim"], descend
 def _build_topk(b):
     x = b.value(min_rank=1)
     shape = b.shape(x)
-    dim = b.draw_int(0, len(shape) - 1)
+    dim = b.draw_dim(len(shape))
     return [x], {"k": b.draw_int(1, shape[dim]), "dim": dim, "largest": b.draw_bool()}
 
 

@@ -28,7 +28,8 @@ def _build_roll(b):
     x = b.value(min_rank=1)
     shape = b.shape(x)
     dims = _dims(b, len(shape))
-    return [x], {"shifts": [b.draw_int(-shape[d] - 1, shape[d] + 1) for d in dims], "dims": dims}
+    # both signs, and past the size: whole turns (-2n .. 2n) plus a few steps
+    return [x], {"shifts": [b.draw_int(-2, 2) * shape[d] + b.draw_int(-2, 2) for d in dims], "dims": dims}
 
 
 _register("roll", lambda a, k: call("torch.roll", a, shifts=tuple(k["shifts"]), dims=tuple(k["dims"])), _build_roll,
@@ -74,7 +75,7 @@ _register("split", lambda a, k: f"torch.cat(torch.split({a[0]}, {k['sizes']!r}, 
 def _build_chunk(b):
     x = b.value(min_rank=1)
     shape = b.shape(x)
-    return [x], {"chunks": b.draw_int(1, 5), "dim": b.draw_int(0, len(shape) - 1)}
+    return [x], {"chunks": b.draw_int(1, 5), "dim": b.draw_dim(len(shape))}
 
 
 # chunk's pieces may differ in size along the dim; each is summed over it and restacked.

@@ -27,7 +27,7 @@ def _register(name, emit, build, signature, *, rounding, dtypes="any", result_do
 def _build_transpose(b):
     x = b.value(min_rank=1)
     rank = len(b.shape(x))
-    return [x], {"dim0": b.draw_int(0, rank - 1), "dim1": b.draw_int(0, rank - 1)}
+    return [x], {"dim0": b.draw_dim(rank), "dim1": b.draw_dim(rank)}
 
 
 _register("transpose", lambda a, k: call("torch.transpose", a, dim0=k["dim0"], dim1=k["dim1"]),
@@ -72,7 +72,7 @@ def _build_slice(b):
     dim = b.draw_int(0, len(shape) - 1)
     size = shape[dim]
     start = b.draw_int(0, max(size - 1, 0))
-    step = b.draw_int(1, 3)
+    step = b.draw_choice([1, 2, 3, size + 1])     # size + 1: a step past the end takes one element
     stop = None if b.draw_bool() else b.draw_int(start + 1, max(size, start + 1))
     return [x], {"dim": dim, "start": start, "stop": stop, "step": step}
 

@@ -11,7 +11,7 @@ import io
 import json
 import math
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from tabulate import tabulate
 
@@ -140,19 +140,54 @@ def bucket_rows(records, reproducers: dict | None = None) -> list:
     return sorted(buckets.values(), key=lambda row: order[row["bucket"]])
 
 
+def _distinct_cases(records):
+    """The records, one per case (a case runs on several routes)."""
+    seen = set()
+    for r in records:
+        if r.case_id not in seen:
+            seen.add(r.case_id)
+            yield r
+
+
 def coverage_rows(records) -> list:
     """op x layout class: how many cases put that op next to an input of that class."""
     from torchsim_diff.case.layout import LAYOUT_CLASSES
     counts = defaultdict(lambda: defaultdict(int))
-    seen = set()
-    for r in records:
-        if r.case_id in seen:
-            continue
-        seen.add(r.case_id)
+    for r in _distinct_cases(records):
         for op in r.ops:
             for cls in r.layouts:
                 counts[op][cls] += 1
     return [{"op": op, **{cls: counts[op].get(cls, 0) for cls in LAYOUT_CLASSES}} for op in sorted(counts)]
+
+
+LEFT_OUT = "(left out)"      # an optional argument the node does not set: the op's default
+CENSUS_GOAL = 3              # distinct values per argument over a campaign (all of them if fewer)
+CENSUS_SHOWN = 5             # values listed per argument, most drawn first
+
+
+def args_rows(records) -> list:
+    """The argument census: per op and argument, how many nodes drew it, its distinct values
+    (a value the node leaves out counts as LEFT_OUT) and their shares, and whether it reached
+    CENSUS_GOAL distinct values (or every value, for a bool or a closed set of names)."""
+    from torchsim_diff.ops import all_ops
+    specs = all_ops()
+    drawn = defaultdict(Counter)
+    for r in _distinct_cases(records):
+        for node in r.case_nodes:
+            spec = specs.get(node["op"])
+            for name in (spec.signature if spec else {}):
+                value = node["attrs"].get(name, LEFT_OUT)
+                drawn[(node["op"], name)][value if value == LEFT_OUT else json.dumps(value)] += 1
+    rows = []
+    for (op, name), counts in sorted(drawn.items()):
+        attr = specs[op].signature[name]
+        goal = min(CENSUS_GOAL, len(attr.choices)) if attr.choices else CENSUS_GOAL
+        total = sum(counts.values())
+        shares = ", ".join(f"{v} {round(100.0 * n / total)}%" for v, n in counts.most_common(CENSUS_SHOWN))
+        rows.append({"op": op, "argument": name, "nodes": total, "distinct": len(counts), "goal": goal,
+                     "met": "yes" if len(counts) >= goal else "NO",
+                     "values (share)": shares + (", ..." if len(counts) > CENSUS_SHOWN else "")})
+    return rows
 
 
 NON_CONTIGUOUS = {"transposed", "sliced", "broadcast", "channels_last", "overlapping"}

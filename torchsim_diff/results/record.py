@@ -229,6 +229,11 @@ class Record:
         return [n["op"] for n in self.case["nodes"]] if self.case else self.ops
 
     @property
+    def case_nodes(self) -> list:
+        """The case's nodes ({"id", "op", "args", "attrs"}); [] without a case."""
+        return list(self.case["nodes"]) if self.case else []
+
+    @property
     def value_tails(self) -> set | None:
         """The value tails the case was drawn with (generate.strategies); None without a case."""
         if not self.case:

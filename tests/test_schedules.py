@@ -1,0 +1,109 @@
+"""Coverage-guided argument choices (generate.schedules, GraphBuilder's scheduled draws) and
+the argument census they are measured by (report.tables.args_rows)."""
+import collections
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from torchsim_diff.case.graph import Case  # noqa: E402
+from torchsim_diff.generate.schedules import ArgumentSchedule  # noqa: E402
+from torchsim_diff.generate.strategies import cases  # noqa: E402
+from torchsim_diff.ops.attrs import BOOL  # noqa: E402
+from torchsim_diff.report import tables  # noqa: E402
+from torchsim_diff.results.record import Record  # noqa: E402
+
+
+def one_node_case(op, attrs, seed):
+    return Case(dtype="float32", inputs=[], nodes=[{"id": "v0", "op": op, "args": [], "attrs": attrs}],
+                outputs=[], values={"seed": seed})
+
+
+def draws(schedule, slot, options, n, weights=None):
+    """n fresh keys, each recorded as its own case, as a campaign does."""
+    picked = []
+    for i in range(n):
+        option = schedule.choose(slot, f"key {i}", options, weights)
+        schedule.record(one_node_case("op", {}, i), [(slot, option)])
+        picked.append(option)
+    return picked
+
+
+def test_every_option_of_a_slot_comes_up_within_its_first_draws():
+    options = ["sum", "prod", "mean", "amax", "amin"]
+    assert set(draws(ArgumentSchedule(), "scatter_reduce@x.py:1", options, len(options) + 2)) == set(options)
+
+
+def test_weights_keep_the_share_an_op_asked_for():
+    picked = draws(ArgumentSchedule(), "op@x.py:1", [False, True], 200, weights=[0.8, 0.2])
+    assert 0.15 <= sum(picked) / len(picked) <= 0.25
+
+
+def test_a_key_keeps_its_option_and_a_case_counts_once():
+    schedule = ArgumentSchedule()
+    first = schedule.choose("op@x.py:1", "key", [1, 2, 3])
+    case = one_node_case("op", {}, 0)
+    schedule.record(case, [("op@x.py:1", first)])
+    schedule.record(case, [("op@x.py:1", first)])
+    assert schedule.choose("op@x.py:1", "key", [1, 2, 3]) == first
+    assert schedule.counts[("op@x.py:1", repr(first))] == 1
+
+
+def test_150_default_cases_give_every_bool_argument_both_values_and_few_arguments_a_single_one():
+    """The argument census's goal, on the generator itself: before scheduling, 11 of 21 bool
+    arguments kept one value over 150 cases and 28 (op, argument) pairs had a single value.
+    A bool of one or two distinct nodes may not show both (cases sharing a prefix repeat a
+    node whole: interpolate's align_corners, set for two of its four modes only)."""
+    from torchsim_diff.generate.draws import first_cases
+    from torchsim_diff.ops import all_ops
+    values, nodes = collections.defaultdict(set), collections.defaultdict(set)
+    for case in first_cases(cases(), seed_value=5, count=150):
+        for node in case.nodes:
+            for name, value in node["attrs"].items():
+                values[(node["op"], name)].add(json.dumps(value))
+                nodes[(node["op"], name)].add(json.dumps(node, sort_keys=True))
+    specs = all_ops()
+    bools = {key: seen for key, seen in values.items()
+             if specs[key[0]].signature[key[1]].choices == BOOL.choices and len(nodes[key]) >= 3}
+    assert {key for key, seen in bools.items() if len(seen) < 2} == set()
+    single = {key for key, seen in values.items() if len(seen) == 1}
+    assert len(single) <= 8, sorted(single)
+
+
+def test_census_counts_values_per_op_and_argument_with_left_out_options_and_the_goal():
+    nodes = [("sum", {"dim": [0], "keepdim": True}), ("sum", {"keepdim": False}), ("sum", {"dim": [-1], "keepdim": True}),
+             ("sum", {"dim": [0, 1], "keepdim": True})]
+    drawn = [one_node_case(op, attrs, i) for i, (op, attrs) in enumerate(nodes)]
+    records = [Record(case_id=case.case_id, route="eager", case=case.to_dict()) for case in drawn]
+    rows = {(r["op"], r["argument"]): r for r in tables.args_rows(records + records[:1])}
+    assert rows[("sum", "dim")]["distinct"] == 4 and rows[("sum", "dim")]["met"] == "yes"
+    assert tables.LEFT_OUT in rows[("sum", "dim")]["values (share)"]
+    keepdim = rows[("sum", "keepdim")]
+    assert (keepdim["nodes"], keepdim["distinct"], keepdim["goal"], keepdim["met"]) == (4, 2, 2, "yes")
+    assert keepdim["values (share)"].startswith("true 75%")
+
+
+def test_an_ops_own_draws_are_scheduled_by_their_line_and_an_operands_are_not():
+    import warnings
+
+    from torchsim_diff.generate.strategies import GraphBuilder
+    from torchsim_diff.ops import OpSpec, call
+
+    def build(b):
+        x = b.value(min_rank=1)                    # shape, layout, which value: the operand's own
+        return [x], {"keepdim": b.draw_bool()}
+
+    spec = OpSpec("probe", "reduction", lambda a, k: call("torch.sum", a), build, rounding="exact")
+    history = []
+
+    def draw(strategy):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            history.append(strategy.example())
+        return history[-1]
+
+    b = GraphBuilder(draw, dtype="float32", max_numel=64, layout_classes=("contiguous",),
+                     arguments=ArgumentSchedule(), history=history)
+    b.add_node(spec)
+    assert [slot for slot, _option in b.choices] == [f"probe@test_schedules.py:{build.__code__.co_firstlineno + 2}"]
