@@ -362,3 +362,12 @@ def test_a_quoted_run_names_files_inside_the_bundle_not_the_folder_it_ran_in_and
     quoted = bundles.run_script(str(tmp_path))
     assert quoted.splitlines() == ["repro.py", "$ echo $?  # 1"]
     assert not (tmp_path / "__pycache__").exists()
+
+
+@pytest.mark.parametrize("project,runs", [("torch-mlir", True), ("llvm", True), ("pytorch", False)])
+def test_a_value_bug_in_the_mlir_lowering_runs_on_the_host_whichever_of_torch_mlir_or_mlir_owns_it(
+        project, runs, add_case):
+    """An MLIR pass inside torch-mlir's lowering (a fusion) shows only when the module runs: its
+    bundle once stopped after the import and exited 2 (cannot tell)."""
+    record = _record(add_case, route="mlir", project=project)
+    assert bundles.runs_on_host(record, add_case) is runs

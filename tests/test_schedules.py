@@ -107,3 +107,25 @@ def test_an_ops_own_draws_are_scheduled_by_their_line_and_an_operands_are_not():
                      arguments=ArgumentSchedule(), history=history)
     b.add_node(spec)
     assert [slot for slot, _option in b.choices] == [f"probe@test_schedules.py:{build.__code__.co_firstlineno + 2}"]
+
+
+def test_special_values_reach_their_share_of_float_cases_by_default_and_none_when_off_or_integer():
+    """Special values were behind a flag; by default they now go to SPECIAL_PERCENT of float
+    cases, scheduled over whole cases (the case seed repeats too often to carry the share)."""
+    from torchsim_diff.generate.draws import first_cases
+    from torchsim_diff.generate.switches import SPECIAL_PERCENT
+    for seed_value in (1, 2):
+        drawn = first_cases(cases(), seed_value=seed_value, count=150)
+        share = 100.0 * sum(case.values["special"] for case in drawn) / len(drawn)
+        assert SPECIAL_PERCENT - 3 <= share <= SPECIAL_PERCENT + 3, (seed_value, share)
+    assert not any(c.values["special"] for c in first_cases(cases(special_values="off"), seed_value=1, count=40))
+    assert not any(c.values["special"] for c in first_cases(cases(dtype="int32"), seed_value=1, count=40))
+    assert all(c.values["special"] for c in first_cases(cases(special_values="always"), seed_value=1, count=10))
+
+
+def test_the_special_values_option_takes_a_mode_or_stands_alone_for_always():
+    from torchsim_diff.cli import build_parser
+    parse = build_parser().parse_args
+    assert parse(["fuzz"]).special_values == "mix"
+    assert parse(["fuzz", "--special-values"]).special_values == "always"
+    assert parse(["fuzz", "--special-values", "off"]).special_values == "off"

@@ -601,7 +601,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"most nodes per graph, at most {opt.MAX_NODES} (default: 8)")
     p.add_argument("--families", type=opt.name_list, help="only ops of these families (comma-separated)")
     p.add_argument("--ops", type=opt.name_list, help="only these ops (comma-separated)")
-    p.add_argument("--special-values", action="store_true", help="add NaN, Inf, -0.0, subnormals, huge values")
+    from torchsim_diff.generate.switches import SPECIAL_MODES, SPECIAL_PERCENT
+    p.add_argument("--special-values", nargs="?", const="always", default="mix", choices=SPECIAL_MODES,
+                   help="NaN, Inf, -0.0, subnormals and huge values in float inputs: mix (the default: about "
+                        f"{SPECIAL_PERCENT}%% of cases), always (also the flag alone), off")
     p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per case before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--route-option", action="append", metavar="ROUTE.KEY=VALUE",

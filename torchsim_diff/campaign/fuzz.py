@@ -51,7 +51,7 @@ class CampaignOptions:
     max_nodes: int = 8
     families: list | None = None
     ops: list | None = None
-    special_values: bool = False
+    special_values: str = "mix"        # generate.strategies.SPECIAL_MODES
     timeout_s: float = DEFAULT_TIMEOUT_S
     route_options: dict = dataclasses.field(default_factory=dict)
     bucket_store: str | None = None

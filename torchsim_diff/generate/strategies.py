@@ -31,15 +31,14 @@ from torchsim_diff.case.graph import SCHEMA, Case
 from torchsim_diff.ops import FAMILIES, all_ops, ops_in
 from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.generate.schedules import ArgumentSchedule, CoverageSchedule
+from torchsim_diff.generate.switches import SPECIAL_PERCENT, InvalidSwitch, special_mode, switches
 
 SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33, 64, 129)
 # The size tail: just above powers of two and block sizes (masked tails, remainder loops),
 # and matmul K values that are no multiple of 8, 16 or 32.
 ODD_SIZES = (9, 17, 23, 33, 47, 65, 129)
 MAX_NUMEL = 4096
-# Per-case switches; most cases stay ordinary so that the tails do not crowd out the rest.
-VALUE_TAIL_PERCENT = 20
-SIZE_TAIL_PERCENT = 25
+SPECIAL_SLOT = "case:special values"     # the ArgumentSchedule's slot for the per-case switch
 VALUE_TAILS = ("near_overflow", "denormal", "signed_zero", "ties", "cancellation")
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 INT_DTYPES = ("int32", "int64")
@@ -464,18 +463,23 @@ def _check_arguments(dtype, min_nodes, max_nodes, ops, families, max_numel, layo
 
 
 def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops=None,
-          families=None, special_values: bool = False, max_numel: int = MAX_NUMEL,
+          families=None, special_values: str | bool = "mix", max_numel: int = MAX_NUMEL,
           layouts=None) -> st.SearchStrategy:
     """Strategy for `Case` objects.
 
     dtype: the data dtype ("float32" by default; "float16", "bfloat16", "int32", "int64").
     min_nodes/max_nodes: graph size (1-8 by default: small graphs shrink and read well).
     ops/families: restrict which ops appear (names from the op registry / FAMILIES).
-    special_values: also put NaN, +-Inf, -0.0, subnormals and large magnitudes in inputs.
+    special_values: NaN, +-Inf, -0.0, subnormals and large magnitudes in float inputs: "mix"
+        (SPECIAL_PERCENT of float cases), "always" (True), "off" (False).
     max_numel: element budget per tensor (4096 keeps interpreter routes fast).
     layouts: layout classes new inputs may take (all by default).
     """
     chosen = _check_arguments(dtype, min_nodes, max_nodes, ops, families, max_numel, layouts)
+    try:
+        specials = special_mode(special_values)
+    except InvalidSwitch as exc:
+        raise InvalidArgument(str(exc)) from None
     classes = tuple(layouts or layout.LAYOUT_CLASSES)
     schedule, arguments = CoverageSchedule(chosen), ArgumentSchedule()
     tails = VALUE_TAILS if dtype in FLOAT_DTYPES else ()
@@ -490,7 +494,7 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
             return value
 
         seed = draw(st.integers(0, 2**31 - 1))
-        value_tail, odd_sizes = _tails(seed, tails)
+        value_tail, odd_sizes = switches(seed, tails)
         builder = GraphBuilder(draw, dtype=dtype, max_numel=max_numel, layout_classes=classes,
                                value_tail=value_tail, odd_sizes=odd_sizes, arguments=arguments, history=drawn)
         # The largest of three draws: graphs of several nodes are common (every op needs its
@@ -499,21 +503,15 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
         for _ in range(nodes):
             draw(st.integers(0, 2**32 - 1))
             builder.add_node(schedule.op_for(repr(drawn), builder.nodes))
-        case = builder.case(seed=seed, special=special_values)
+        special = specials == "always" or (specials == "mix" and bool(tails) and arguments.choose(
+            SPECIAL_SLOT, repr(drawn), [False, True], [100 - SPECIAL_PERCENT, SPECIAL_PERCENT]))
+        builder.choices.append((SPECIAL_SLOT, special))
+        case = builder.case(seed=seed, special=special)
         schedule.record(case)
         arguments.record(case, builder.choices)
         return case
 
     return _cases()
-
-
-def _tails(seed: int, value_tails) -> tuple:
-    """(value tail or None, odd sizes?) for a case: a per-case switch taken from the seed,
-    so that the shares hold whatever Hypothesis prefers, and seed 0 (where shrinking
-    goes) is an ordinary case."""
-    rng = random.Random(seed)
-    tail = rng.choice(value_tails) if value_tails and rng.random() < VALUE_TAIL_PERCENT / 100 else None
-    return tail, rng.random() < SIZE_TAIL_PERCENT / 100
 
 
 @contextlib.contextmanager

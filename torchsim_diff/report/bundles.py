@@ -247,10 +247,15 @@ TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "C++ compiler", "mlir"
              "spike": "torch-mlir"}
 
 
+# Projects whose bug on an IMPORT_ONLY route lives in the lowering the host run repeats:
+# torch-mlir's own, and MLIR's passes inside it.
+HOST_PROJECTS = ("torch-mlir", "llvm")
+
+
 def runs_on_host(record: Record, case: Case) -> bool:
-    """Whether the bundle runs a torch-mlir bug on the host (see HOST_SETUP)."""
+    """Whether the bundle runs a torch-mlir (or MLIR) bug on the host (see HOST_SETUP)."""
     from torchsim_diff.report import mlir_host
-    return (record.route in IMPORT_ONLY and project_of(record).name == "torch-mlir"
+    return (record.route in IMPORT_ONLY and project_of(record).name in HOST_PROJECTS
             and mlir_host.runs_on_host(case))
 
 
