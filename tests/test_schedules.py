@@ -129,3 +129,13 @@ def test_the_special_values_option_takes_a_mode_or_stands_alone_for_always():
     assert parse(["fuzz"]).special_values == "mix"
     assert parse(["fuzz", "--special-values"]).special_values == "always"
     assert parse(["fuzz", "--special-values", "off"]).special_values == "off"
+
+
+def test_view_ops_take_views_too_so_views_of_views_are_drawn():
+    """Before view_source, no case of 150 held a view of a view."""
+    from torchsim_diff.generate.draws import first_cases
+    from torchsim_diff.generate.strategies import VIEW_OPS
+    def has_view_of_view(case):
+        made_by = {node["id"]: node["op"] for node in case.nodes}
+        return any(node["op"] in VIEW_OPS and made_by.get(node["args"][0]) in VIEW_OPS for node in case.nodes)
+    assert sum(has_view_of_view(case) for case in first_cases(cases(), seed_value=5, count=150)) >= 3

@@ -12,9 +12,16 @@ per distinct case (Hypothesis draws some cases again, a campaign runs each once)
 from __future__ import annotations
 
 import collections
+import hashlib
 import random
 
 RANDOM_SHARE = 0.05
+
+
+def _memo_key(key: str) -> bytes:
+    """A fixed-size stand-in for `key` (a case's whole draw history, kilobytes long), so that
+    a long campaign's memo of choices stays small."""
+    return hashlib.blake2b(key.encode(), digest_size=16).digest()
 
 
 def _least_drawn(options, count, weight, rng: random.Random):
@@ -39,15 +46,16 @@ class CoverageSchedule:
 
     def op_for(self, ticket: str, nodes=()):
         """The op for a node keyed by `ticket`, after `nodes` of its case."""
-        if ticket not in self._ops_by_ticket:
+        memo = _memo_key(ticket)
+        if memo not in self._ops_by_ticket:
             rng = random.Random(ticket)
             if rng.random() < RANDOM_SHARE:
                 op = rng.choice(self.ops)
             else:
                 pending = collections.Counter(node["op"] for node in nodes)
                 op = _least_drawn(self.ops, lambda o: self.counts[o.name] + pending[o.name], lambda o: 1.0, rng)
-            self._ops_by_ticket[ticket] = op
-        return self._ops_by_ticket[ticket]
+            self._ops_by_ticket[memo] = op
+        return self._ops_by_ticket[memo]
 
     def record(self, case) -> None:
         """Count the ops of a finished case, once per distinct case."""
@@ -72,7 +80,8 @@ class ArgumentSchedule:
 
     def choose(self, slot: str, key: str, options, weights=None):
         options = list(options)
-        if key not in self._by_key:
+        memo = _memo_key(key)
+        if memo not in self._by_key:
             rng = random.Random(key)
             weight = dict(zip(map(repr, options), weights or [1.0] * len(options)))
             if rng.random() < RANDOM_SHARE:
@@ -80,8 +89,8 @@ class ArgumentSchedule:
             else:
                 best = _least_drawn(options, lambda o: self.counts[(slot, repr(o))], lambda o: weight[repr(o)], rng)
                 index = options.index(best)
-            self._by_key[key] = index
-        return options[min(self._by_key[key], len(options) - 1)]
+            self._by_key[memo] = index
+        return options[min(self._by_key[memo], len(options) - 1)]
 
     def record(self, case, choices) -> None:
         """Count a finished case's `choices` ([(slot, option)]), once per distinct case."""

@@ -25,7 +25,7 @@ def _register(name, emit, build, signature, *, rounding, dtypes="any", result_do
 
 
 def _build_transpose(b):
-    x = b.value(min_rank=1)
+    x = b.view_source(min_rank=1)
     rank = len(b.shape(x))
     return [x], {"dim0": b.draw_dim(rank), "dim1": b.draw_dim(rank)}
 
@@ -35,7 +35,7 @@ _register("transpose", lambda a, k: call("torch.transpose", a, dim0=k["dim0"], d
 
 
 def _build_permute(b):
-    x = b.value(min_rank=1)
+    x = b.view_source(min_rank=1)
     return [x], {"dims": b.draw_permutation(len(b.shape(x)))}
 
 
@@ -67,7 +67,7 @@ _register("view", lambda a, k: f"{a[0]}.view({', '.join(map(str, k['shape'])) or
 
 
 def _build_slice(b):
-    x = b.value(min_rank=1)
+    x = b.view_source(min_rank=1)
     shape = b.shape(x)
     dim = b.draw_int(0, len(shape) - 1)
     size = shape[dim]
@@ -82,7 +82,7 @@ _register("slice", lambda a, k: slice_expr(a[0], 0, k["dim"], k["start"], k["sto
 
 
 def _build_narrow(b):
-    x = b.value(min_rank=1)
+    x = b.view_source(min_rank=1)
     shape = b.shape(x)
     dim = b.draw_int(0, len(shape) - 1)
     start = b.draw_int(0, shape[dim] - 1)
@@ -94,7 +94,7 @@ _register("narrow", lambda a, k: call("torch.narrow", a, dim=k["dim"], start=k["
 
 
 def _build_expand(b):
-    x = b.value()
+    x = b.view_source()
     shape = list(b.shape(x))
     ones = [i for i, s in enumerate(shape) if s == 1]
     grown = b.draw_size(scale=b.numel(x))
@@ -110,7 +110,7 @@ _register("expand", lambda a, k: f"{a[0]}.expand({', '.join(map(str, k['size']))
 
 
 def _build_unsqueeze(b):
-    x = b.value(max_rank=3)
+    x = b.view_source(max_rank=3)
     return [x], {"dim": b.draw_int(0, len(b.shape(x)))}
 
 
@@ -119,7 +119,7 @@ _register("unsqueeze", lambda a, k: call("torch.unsqueeze", a, dim=k["dim"]), _b
 
 
 def _build_squeeze(b):
-    x = b.value(min_rank=1)
+    x = b.view_source(min_rank=1)
     shape = b.shape(x)
     ones = [i for i, s in enumerate(shape) if s == 1]
     return [x], {"dim": b.draw_choice(ones) if ones else b.draw_int(0, len(shape) - 1)}
