@@ -20,7 +20,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import random
 import sys
 
 import torch
