@@ -8,4 +8,4 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # the [ray] extra, so that tests/test_ray.py runs its local two-node cluster
 .venv/bin/python -c "import ray" 2>/dev/null || .venv/bin/python -m pip install -q -e '.[ray]'
-exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --durations=25 --hypothesis-profile=torchsim-ci tests fuzz --routes eager,inductor,triton,mlir,spike,triton-spike --fuzz-examples 2 -m "not e2e" "$@"
+exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --durations=25 --hypothesis-profile=torchsim-ci tests fuzz --routes eager,inductor,triton,mlir,spike,triton-spike --fuzz-examples 2 -m "not e2e and not bench" "$@"

@@ -1,7 +1,7 @@
 """A triton-spike value bug's bundle: one launch of one kernel, run on this host by the adapter
 and LLVM 19 alone (report.kernel_bundle). The script's parts are checked here without tools;
-the slow tests run a known adapter bug's launch (exit 1) and a right launch (exit 0) for real,
-and are skipped with the reason where the chain is missing."""
+the slow test runs a right launch for real (exit 0), the end-to-end one exports a known adapter
+bug (exit 1); both are skipped with the reason where the chain is missing."""
 import ast
 import os
 import shutil
@@ -100,7 +100,7 @@ def run(bundle):
     return subprocess.run([sys.executable, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.slow
+@pytest.mark.e2e    # a whole export: the case through the route, the interpreter, the host build, two launches
 def test_a_known_adapter_value_bug_exports_one_launch_that_reproduces_on_the_host(spike_route, tmp_path):
     from torchsim_diff.report.bundles import entry_record, write_bundle
     from torchsim_diff.triage.causes import read_cause

@@ -49,7 +49,7 @@ def test_a_near_miss_keeps_the_trigger_cases_op():
     assert len(same_op) >= len(NAMES) - 1, sorted(set(NAMES) - set(same_op))
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 @pytest.mark.parametrize("name", NAMES)
 def test_the_trigger_case_fails_on_its_route_with_wrong_values_and_passes_on_eager(zoo_checker, name):
     case = round2.trigger_cases()[name]
@@ -59,7 +59,7 @@ def test_the_trigger_case_fails_on_its_route_with_wrong_values_and_passes_on_eag
     assert eager.status == Status.PASS, (eager.kind, eager.message)
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 @pytest.mark.parametrize("name", NAMES)
 def test_without_its_trigger_the_bug_does_not_fire(zoo_checker, name):
     for case in (round2.near_miss_cases()[name], _plain_add()):
