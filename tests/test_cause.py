@@ -117,6 +117,7 @@ def test_a_layout_bug_through_an_op_names_the_trigger_not_the_op(zoo_routes, tmp
     assert verdicts[0].signature == verdicts[1].signature == "zoo-layout-dropped|wrong_values|*|strided"
 
 
+@pytest.mark.bench    # five zoo campaigns with reduction: about a minute
 def test_planted_bugs_in_ops_with_known_bugs_are_all_new(zoo_routes, tmp_path):
     """Five planted bugs whose raw buckets are those of known entries (argmax, fmod, remainder,
     roll, a softmax hang); matched by cause, none is taken for a known bug."""
