@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# the [ray] extra, so that tests/test_ray.py runs its local two-node cluster
-.venv/bin/python -c "import ray" 2>/dev/null || .venv/bin/python -m pip install -q -e '.[ray]'
+# the extras the tests use: [ray] (tests/test_ray.py runs a local two-node cluster) and [togsim]
+# (the TOG writer's tests read back the ONNX they write)
+source scripts/setup_steps.sh
+.venv/bin/python -c "import ray, onnx" 2>/dev/null ||
+    step "the [ray] and [togsim] extras into .venv/" .venv/bin/python -m pip install --progress-bar off -e '.[ray,togsim]'
 exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --durations=25 --hypothesis-profile=torchsim-ci tests fuzz --routes eager,inductor,triton,mlir,spike,triton-spike --fuzz-examples 2 -m "not e2e and not bench" "$@"

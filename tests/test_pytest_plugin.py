@@ -50,7 +50,7 @@ def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(su
     result.stdout.fnmatch_lines(["torchsim-diff: route double-unavailable unavailable, not fuzzed:*DOUBLE_HOME*",
                                  # one planted bug met through two ops: reduced, then bucketed, it is one bucket
                                  "*WrongValues_*", "*torchsim-diff*", "NEW buckets (1):",
-                                 "*[[]double-wrong-element[]] wrong_values in `*`*",
+                                 "*pytorch (double-wrong-element): * returns wrong values",   # ISSUE.md's title
                                  "*reduced to 0 nodes*bundle: *bundles*", "Summary*", "*double-wrong-element*",
                                  "Error tolerance*", "route double-unavailable was not fuzzed:*DOUBLE_HOME*",
                                  f"HTML report: {report / 'report.html'}"])

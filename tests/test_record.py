@@ -19,7 +19,7 @@ import pytest
 
 import torchsim_diff
 from tests.conftest import REPO
-from torchsim_diff.report import tables
+from torchsim_diff.report import html_report, tables
 from torchsim_diff.results import record as record_module
 from torchsim_diff.results.jsonl import ResultsWriter, read_all, read_records
 from torchsim_diff.results.record import (FIELD_TYPES, LINE_FIELDS, REQUIRED, SCHEMA, BadRecord, Figures, Record,
@@ -142,7 +142,7 @@ def test_every_table_reads_the_old_lines_as_before():
     assert tables.bucket_rows(records) == before["buckets"]
     assert tables.coverage_rows(records) == before["coverage"]
     assert tables.new_bucket_rows(records, {r.bucket for r in records if r.bucket}) == before["new_buckets"]
-    assert tables.mix_rows(records) and "<svg" in tables.html_page(records)
+    assert tables.mix_rows(records) and "<svg" in html_report.html_page(records)
 
 
 def test_every_command_and_bundle_reads_the_old_lines(tmp_path, capsys, monkeypatch):

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from torchsim_diff.report import tables
+from torchsim_diff.report import html_report, tables
 from torchsim_diff.results.record import Record
 
 
@@ -84,8 +84,8 @@ def test_every_format_renders_every_row(fmt):
 
 
 def test_html_page_has_error_distribution_plots():
-    page = tables.html_page(RECORDS)
-    assert page.count("<svg") == 1 and "inductor" in page and "<table" in page
+    page = html_report.html_page(RECORDS)
+    assert page.count('aria-label="max abs error distribution') == 1 and "inductor" in page and "<table" in page
 
 
 def test_unknown_format_is_refused():

@@ -31,6 +31,7 @@ EXIT_STATUS_HELP = ("exit status: 0 clean, 1 confirmed findings (failures that a
                     "keeps its records and prints its summary")
 UNBOUNDED_EXAMPLES = 10**9       # --budget without --max-examples: cases until the budget is spent
 DEFAULT_HISTORY = os.path.join("reports", "buckets.sqlite")
+LEDGER_DEFAULT_HELP = "corpora/known in the current folder, else the copy installed with torchsim-diff"
 
 
 class UsageError(Exception):
@@ -216,9 +217,9 @@ def _check_fuzz(args) -> None:
 
 
 def _known_bugs(args) -> str | None:
-    from torchsim_diff.campaign.fuzz import KNOWN_BUGS_DIR
+    from torchsim_diff.triage.known_ledger import default_ledger
     if args.known_bugs is None:
-        return KNOWN_BUGS_DIR
+        return default_ledger()
     return None if args.known_bugs == "none" else args.known_bugs
 
 
@@ -306,6 +307,7 @@ def cmd_replay(args) -> int:
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.triage.corpus import KNOWN, iter_entries, known_buckets
     from torchsim_diff.triage.corpus_replay import replay_entry, routes_for
+    from torchsim_diff.triage.known_ledger import default_ledger
     from torchsim_diff.report.tables import render
     routes = args.routes
     for path in args.paths:
@@ -322,7 +324,7 @@ def cmd_replay(args) -> int:
         raise UsageError(f"nothing to replay: no case files (*.json) in {', '.join(args.paths)}")
     if not entries:
         return EXIT_USAGE
-    known = {e.bucket for e in entries if e.kind == KNOWN} | known_buckets(os.path.join("corpora", "known"))
+    known = {e.bucket for e in entries if e.kind == KNOWN} | known_buckets(default_ledger())
     rows, ok = [], True
     out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-replay-")
     with Checker(out_dir=out_dir, timeout_s=args.timeout) as checker:
@@ -555,7 +557,8 @@ def cmd_table(args) -> int:
         raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
     _warn(log.summary())
     if args.format == "html" and not args.tables:
-        print(tables.html_page(records))
+        from torchsim_diff.report.html_report import html_page
+        print(html_page(records))
         return EXIT_CLEAN
     print("\n\n".join(tables.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
@@ -574,6 +577,7 @@ def _history_rows(path: str) -> list:
 # -- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from torchsim_diff.report.tables import FORMATS
+    from torchsim_diff.triage.known_ledger import default_ledger
     parser = _Parser(prog="torchsim-diff", description="Differential fuzzing of PyTorch compiler routes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -617,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "'none' to keep none)")
     p.add_argument("--known-bugs", default=None, metavar="DIR",
                    help="known-bug corpus entries: a failure whose reduced case has an entry's cause signature "
-                        "is recorded as known, not new (default: corpora/known; 'none' for none)")
+                        f"is recorded as known, not new (default: {LEDGER_DEFAULT_HELP}; 'none' for none)")
     p.add_argument("--no-self-check", action="store_true",
                    help="report new buckets without replaying them and running their repro.py first (faster; "
                         "a NEW bucket may then be a flake)")
@@ -668,13 +672,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="triton: ship every interpreter shim instead of trying without each (faster)")
     p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
     p.add_argument("--buckets", default=DEFAULT_HISTORY, help="bucket history (default: reports/buckets.sqlite)")
-    p.add_argument("--known-bugs", default=os.path.join("corpora", "known"),
-                   help="the known-bug ledger a cause name is looked up in (default: corpora/known)")
+    p.add_argument("--known-bugs", default=default_ledger(),
+                   help=f"the known-bug ledger a cause name is looked up in (default: {LEDGER_DEFAULT_HELP})")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("causes", help="list the known bugs by root cause: project, status, cases, upstream")
-    p.add_argument("--known-bugs", default=os.path.join("corpora", "known"),
-                   help="the known-bug ledger (default: corpora/known)")
+    p.add_argument("--known-bugs", default=default_ledger(),
+                   help=f"the known-bug ledger (default: {LEDGER_DEFAULT_HELP})")
     p.add_argument("--format", choices=FORMATS, default="plain", help="table format (default: plain)")
     p.set_defaults(func=cmd_causes)
 

@@ -5,7 +5,8 @@ options produce the same cases (and, compilers permitting, the same verdicts). T
 campaign does not stop at a failure: every verdict goes to results.jsonl as it is made;
 each new failure is reduced, then bucketed (triage.reduce). With a budget it stops drawing when the time is
 spent. Each case runs through the one case runner (run.runner), as in the pytest plugin and
-on Ray; one progress line per route follows the records (campaign.progress).
+on Ray; live progress per route follows the records (campaign.progress: tqdm bars on a
+terminal, plain lines elsewhere).
 
 At the end each new bucket is self-checked before it is called NEW (triage.self_check): its
 case replayed, its bundle's repro.py run in a fresh process; one that does not reproduce is
@@ -26,7 +27,7 @@ import sys
 import time
 
 from torchsim_diff.campaign.budget import Budget
-from torchsim_diff.campaign.progress import Board, Display, ProgressThread
+from torchsim_diff.campaign.progress import Board, Progress, ProgressThread, choose_mode, make_display
 from torchsim_diff.generate.draws import StopDrawing, for_each_case
 from torchsim_diff.generate.strategies import cases
 from torchsim_diff.results.jsonl import ResultsWriter
@@ -36,9 +37,8 @@ from torchsim_diff.run.checker import Checker
 from torchsim_diff.run.one_ahead import OneAhead
 from torchsim_diff.run.runner import CaseRunner
 from torchsim_diff.triage.bucket_history import BucketStore, smallest_per_bucket
+from torchsim_diff.triage.known_ledger import default_ledger
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
-
-KNOWN_BUGS_DIR = os.path.join("corpora", "known")
 
 
 @dataclasses.dataclass
@@ -60,7 +60,7 @@ class CampaignOptions:
     reduce: bool = True                # reduce, then bucket: each new failure (triage.reduce.ReduceThenBucket)
     reduce_budget_s: float = 60.0
     batch: int = 1                     # cases compiled together as one program (torchsim_diff.run.batch)
-    known_bugs: str | None = KNOWN_BUGS_DIR   # corpus entries of known bugs: recorded as known, not new
+    known_bugs: str | None = dataclasses.field(default_factory=default_ledger)  # known bugs: recorded as known, not new
     self_check: bool = True            # a new bucket is NEW only when its bundle reproduces it (triage.self_check)
 
 
@@ -102,9 +102,12 @@ def load_known(opts: CampaignOptions) -> set:
 
 
 def _progress(opts: CampaignOptions, budget: Budget | None, store) -> ProgressThread:
+    """Bars on a terminal, a block of plain lines every 10 s elsewhere, on stderr."""
     start = budget.start if budget else time.time()
     board = Board(start, budget.end if budget else None, set(store.buckets) if store is not None else ())
-    return ProgressThread(opts.out_dir, board, Display(sys.stderr))
+    mode = choose_mode("auto", tty=sys.stderr.isatty(), campaign=True)
+    display = make_display(mode, sys.stderr, lambda line: print(line, file=sys.stderr, flush=True))
+    return ProgressThread(Progress(opts.out_dir, board, display))
 
 
 def case_strategy(opts: CampaignOptions):

@@ -1,12 +1,18 @@
 """pytest plugin: fuzz suites as test items, one warm checker per xdist worker, one merged table.
 
 Options (see `pytest --help`, group torchsim-diff): --routes, --fuzz-examples, --fuzz-seed,
---fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --fuzz-budget, --known-bugs.
+--fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --fuzz-budget, --known-bugs,
+--fuzz-reduce-budget, --fuzz-progress.
 
 The controller probes the routes once: an unavailable route is named in the header with
 its reason and gets no items. With --fuzz-budget, items stop drawing cases when their
 share of the budget is spent (torchsim_diff.campaign.budget) and per-route timeouts adapt to the
-run (torchsim_diff.run.adaptive_timeouts); progress lines follow the records (torchsim_diff.campaign.progress).
+run (torchsim_diff.run.adaptive_timeouts).
+
+Live progress (torchsim_diff.campaign.progress, --fuzz-progress) is off in a plain test run, so
+nothing comes between pytest's dots; a budget or -v turns it on: tqdm bars on a terminal, whole
+plain lines elsewhere. While it is on pytest reports one line per item (as with -v), and the
+progress goes between those lines (_ProgressHooks).
 
 Hypothesis profiles registered here: `torchsim-ci` (few examples, fixed seeds, no database,
 no deadline), `torchsim-default` (a useful campaign; what fuzz items use when no profile is
@@ -43,8 +49,10 @@ from torchsim_diff.campaign import bytecode, options
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock
 from torchsim_diff.campaign.interrupts import sigterm_as_interrupt
+from torchsim_diff.campaign.progress import MODES, Board, Progress, ProgressThread, choose_mode, make_display
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.run.adaptive_timeouts import SHRINK_TIMEOUT_STEPS, TimeoutPolicy
+from torchsim_diff.triage.known_ledger import default_ledger
 
 # Profiles under our own names: registering them changes no other suite's settings, and
 # one is loaded only when --hypothesis-profile names it. Fuzz items without one get
@@ -97,7 +105,13 @@ def pytest_addoption(parser):
     group.addoption("--fuzz-budget", default=None,
                     help="time for the whole run, e.g. 600, 90s, 10m: items stop drawing cases when their "
                          "share is spent, a fifth is kept for shrinking (default: no budget)")
-    group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known)")
+    group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known "
+                    "under the rootdir, else the copy installed with torchsim-diff)")
+    group.addoption("--fuzz-progress", default="auto", choices=MODES,
+                    help="live progress per route (cases, cases/s, failures, buckets, time left): bar (tqdm bars on "
+                         "the terminal), lines (a plain block every 10 s between pytest's lines) or off; auto: on "
+                         "under --fuzz-budget or -v, bars on a terminal, lines elsewhere; off in a plain test run. "
+                         "While on, pytest reports one line per item (as with -v) (default: auto)")
     group.addoption("--fuzz-reduce-budget", type=float, default=60.0,
                     help="seconds to reduce each new failure at session end before bucketing it (0: bucket "
                          "failures as found; default: 60)")
@@ -126,6 +140,10 @@ def pytest_configure(config):
     bytecode.redirect_this_process()       # before the route probe and xdist's workers import torch
     session = FuzzSession(config)
     config.pluginmanager.register(session, SESSION_NAME)
+    if session.progress_mode != "off":
+        # pytest's dot line stays open while items run; with one line per item the progress
+        # can go between pytest's lines (and bars below them) without breaking one.
+        config.option.verbose = max(config.option.verbose, 1)
     if config.pluginmanager.hasplugin("xdist"):
         config.pluginmanager.register(_XdistHooks(session), "torchsim-diff-xdist")
 
@@ -159,6 +177,36 @@ class _XdistHooks:
         self.session.release_probe()
 
 
+class _ProgressHooks:
+    """The controller's live progress around pytest's report lines: bars cleared while pytest
+    writes and redrawn below its (closed) line; plain lines written after pytest's, through
+    the terminal reporter, which ends pytest's line first. Bars start with the first item, after
+    xdist's start-up lines (which redraw their own line)."""
+
+    def __init__(self, thread, reporter):
+        self.thread, self.reporter = thread, reporter
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logstart(self):
+        return (yield from self._between_pytest_lines())
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_logreport(self):
+        return (yield from self._between_pytest_lines())
+
+    def _between_pytest_lines(self):
+        progress = self.thread.progress
+        with progress.display.paused():
+            result = yield
+            if progress.display.live:
+                self.reporter.ensure_newline()
+                self.reporter.flush()
+        if progress.display.live and self.thread.ident is None:
+            self.thread.start()
+        progress.tick()
+        return result
+
+
 class FuzzSession:
     """Per-process state: options, the lazily started Checker and the results writer."""
 
@@ -183,8 +231,9 @@ class FuzzSession:
             self.base_seed = self._choose_seed(opt("--fuzz-seed"))
             self.budget = _budget_option(opt("--fuzz-budget"))
             self._runnable = None
+        self.progress_mode = _progress_mode(config) if worker_input is None else "off"
         self.workers = worker_input.get("workercount", 1) if worker_input else 1
-        self.known = _load_known(opt("--known-bugs") or os.path.join(str(config.rootpath), "corpora", "known"))
+        self.known = _load_known(opt("--known-bugs") or default_ledger(str(config.rootpath)))
         self._checker = None
         self._runner = None
         self._writer = None
@@ -364,11 +413,20 @@ class FuzzSession:
             return
         if self.explicit_routes:
             self._sigterm.enter_context(sigterm_as_interrupt(only_over_default=True))
-        from torchsim_diff.campaign.progress import Board, Display, ProgressThread
+        self._start_progress()
+
+    def _start_progress(self) -> None:
+        """In the controller, when _progress_mode says so: bars redrawn by a thread from the
+        first item on, or lines written from the report hooks (_ProgressHooks)."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.progress_mode == "off" or reporter is None:
+            return
         start = self.budget.start if self.budget else time.time()
         board = Board(start, self.budget.end if self.budget else None, self._history_buckets(), self.known)
-        self._progress = ProgressThread(self.report_dir, board, Display(_terminal_stream()))
-        self._progress.start()
+        stream = _terminal_stream() if self.progress_mode == "bar" else None
+        progress = Progress(self.report_dir, board, make_display(self.progress_mode, stream, reporter.write_line))
+        self._progress = ProgressThread(progress)
+        self.config.pluginmanager.register(_ProgressHooks(self._progress, reporter), "torchsim-diff-progress")
 
     def pytest_sessionfinish(self, session, exitstatus):
         self._interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
@@ -451,9 +509,16 @@ def _budget_option(text):
         raise pytest.UsageError(f"--fuzz-budget: {exc}") from None
 
 
+def _progress_mode(config) -> str:
+    """--fuzz-progress as torchsim_diff.campaign.progress.choose_mode decides it for this run."""
+    return choose_mode(config.getoption("--fuzz-progress"), tty=sys.stdout.isatty(),
+                       campaign=config.getoption("--fuzz-budget") is not None,
+                       asked=config.get_verbosity() > 0)
+
+
 def _terminal_stream():
     """A handle on the terminal that pytest's output capturing (fd 1 redirected while a test
-    runs) does not swallow: the progress thread writes while tests run in this process."""
+    runs) does not swallow: the progress bars are drawn while tests run in this process."""
     try:
         return os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1, encoding="utf-8", errors="replace")
     except (OSError, ValueError, AttributeError):

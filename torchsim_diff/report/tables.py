@@ -269,53 +269,6 @@ def _dynamic_shares(records, dtype) -> dict:
             "second size % of dynamic": round(100.0 * len(second) / len(dynamic), 1) if dynamic else "-"}
 
 
-# -- html page with error distributions ---------------------------------------------------------
-def error_histogram_svg(records, route: str, width: int = 420, height: int = 140) -> str:
-    """Inline SVG: how many cases of `route` had their max abs error in each decade."""
-    errors = [r.max_abs_err for r in records if r.route == route and r.judged]
-    decades = defaultdict(int)
-    for e in errors:
-        if e is None:
-            continue
-        decades[-12 if e <= 0 else max(-12, min(2, math.floor(math.log10(e))))] += 1
-    if not decades:
-        return ""
-    keys = list(range(-12, 3))
-    top = max(decades.values())
-    bar = width / len(keys)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height + 30}" role="img" '
-             f'aria-label="max abs error distribution for {html.escape(route)}">']
-    for i, k in enumerate(keys):
-        h = (height - 10) * decades.get(k, 0) / top
-        parts.append(f'<rect x="{i * bar + 1:.1f}" y="{height - h:.1f}" width="{bar - 2:.1f}" height="{h:.1f}" '
-                     f'fill="#4a78b5"><title>1e{k}: {decades.get(k, 0)} cases</title></rect>')
-        label = "0" if k == -12 else f"1e{k}"
-        parts.append(f'<text x="{i * bar + bar / 2:.1f}" y="{height + 14}" font-size="9" '
-                     f'text-anchor="middle">{label}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def html_page(records, title: str = "torchsim-diff report", new_rows: list | None = None) -> str:
-    """A self-contained page: tables plus per-route error distributions (NEW buckets first)."""
-    routes = sorted({r.route for r in records})
-    sections = [f"<h1>{html.escape(title)}</h1>"]
-    if new_rows:
-        sections.append(render(new_rows, "html", "NEW buckets"))
-    sections.append(render(summary_rows(records), "html", "Summary"))
-    sections.append("<h3>Max abs error per case (decades), by route</h3>")
-    for route in routes:
-        svg = error_histogram_svg(records, route)
-        if svg:
-            sections.append(f"<figure><figcaption>{html.escape(route)}</figcaption>{svg}</figure>")
-    for name, rows in (("Error tolerance", tolerance_rows(records)), ("Buckets", bucket_rows(records)),
-                       ("Coverage", coverage_rows(records))):
-        sections.append(render(rows, "html", name))
-    style = "body{font-family:sans-serif;margin:2em} table{border-collapse:collapse} td,th{border:1px solid #ccc;padding:2px 6px}"
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>" \
-           f"<style>{style}</style></head><body>{''.join(sections)}</body></html>"
-
-
 # -- the end of a run ---------------------------------------------------------------------------
 TERMINAL_TOLERANCE_ROWS = 12
 
@@ -332,7 +285,7 @@ def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
         record = smallest[bucket]
         nodes, inputs, elements = case_size(record.case_or_reduced)     # the case its bundle holds
         bundle = (bundles or {}).get(bucket)
-        rows.append({"bucket": bucket, "title": _title(record, bundle),
+        rows.append({"bucket": bucket, "title": issue_title(record, bundle),
                      "reduced": f"{nodes} node{'s' * (nodes != 1)}, {inputs} input{'s' * (inputs != 1)}, "
                                 f"{elements} element{'s' * (elements != 1)}",
                      "bundle": bundle or "-"})
@@ -348,14 +301,15 @@ def unconfirmed_lines(unconfirmed: dict) -> list:
     return lines + [f"  {bucket}  {reason}" for bucket, reason in sorted(unconfirmed.items())]
 
 
-def _title(record, bundle: str | None) -> str:
-    """The bundle's ISSUE.md title, else one made the same way from the record."""
+def issue_title(record, bundle: str | None) -> str:
+    """The bundle's ISSUE.md title (its first heading: the file may open with a comment saying
+    where to file it), else one made the same way from the record."""
     issue = os.path.join(bundle, "ISSUE.md") if bundle else None
     if issue and os.path.exists(issue):
         with open(issue, encoding="utf-8") as handle:
-            first = handle.readline().strip()
-        if first.startswith("#"):
-            return first.lstrip("# ")
+            heading = next((line for line in handle if line.startswith("# ")), None)
+        if heading:
+            return heading[2:].strip()
     message = (record.message or "").strip().splitlines()
     return f"[{record.route}] {record.kind} in `{record.op}`" + (f": {message[0][:100]}" if message else "")
 
@@ -364,7 +318,8 @@ def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: d
                unconfirmed: dict | None = None) -> list:
     """The lines a run ends with: NEW buckets first, then the unconfirmed ones (their
     self-check failed: bucket -> why), the summary, then the worst rows of the tolerance
-    table; the full report goes to RUN/report.html (its path is the last line but one)."""
+    table; the full report goes to RUN/report.html, with a page per bucket (report.html_report;
+    its path is the last line but one)."""
     lines = []
     new_rows = new_bucket_rows(records, new_buckets, bundles)
     if new_rows:
@@ -386,8 +341,7 @@ def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: d
         lines += render(worst, "plain", title).splitlines() + [""]
     for route, reason in (unavailable or {}).items():
         lines.append(f"route {route} was not fuzzed: {reason}")
-    page = os.path.join(run_dir, "report.html")
-    with open(page, "w", encoding="utf-8") as handle:
-        handle.write(html_page(records, new_rows=new_rows))
+    from torchsim_diff.report.html_report import write_report
+    page = write_report(run_dir, records, new_rows=new_rows, bundles=bundles)
     lines += [f"HTML report: {page}", f"records: {run_dir}"]
     return lines
