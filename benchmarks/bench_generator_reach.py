@@ -3,7 +3,8 @@
 cover: nodes per op (min/median/max, Gini, ops never drawn), the value-tail and size-tail
 shares, the share with a second size (dynamic shapes), the share dynamic=mixed compiles
 dynamically, the drawing time per case, the operand forms of binary pointwise nodes (same
-shape, 0-d or broadcasting on either side) and the share of cases holding each view class.
+shape, broadcasting, 0-d, a Python number or another dtype, on either side), the value classes
+of fresh float inputs and the share of cases holding each view class.
 
     python benchmarks/bench_generator_reach.py --cases 150 --seed 1 --dtypes float32,int64
 """
@@ -25,6 +26,7 @@ from torchsim_diff.generate.draws import DRAWS_PER_CASE
 from torchsim_diff.ops import all_ops
 from torchsim_diff.report.tables import gini
 from torchsim_diff.routes.compile_options import dynamic_for
+from torchsim_diff.generate import strategies
 from torchsim_diff.generate.strategies import cases
 
 
@@ -61,47 +63,57 @@ def report(dtype: str, drawn: list, seconds: float) -> None:
           f"{1000 * seconds / max(len(drawn), 1):.1f} ms to draw a case")
 
 
-def node_shapes(case) -> dict:
-    """Every input's and node's shape, from the program run on meta tensors."""
+def node_tensors(case) -> dict:
+    """Every input's and node's result as a meta tensor (shape and dtype), from the program."""
     env = {s["name"]: torch.empty(s["shape"], dtype=layout.dtype_of(s["dtype"]), device="meta") for s in case.inputs}
     for node in case.nodes:
         result = eval_expression(get_op(node["op"]).emit(list(node["args"]), node["attrs"]), {"torch": torch, **env})
         env[node["id"]] = result
-    return {name: list(t.shape) for name, t in env.items() if isinstance(t, torch.Tensor)}
+    return {name: t for name, t in env.items() if isinstance(t, torch.Tensor)}
 
 
-def operand_form(left: list, right: list) -> str:
-    """Which of OPERAND_FORMS two operand shapes make."""
-    if left == right:
+def operand_form(node, tensors: dict, dtype: torch.dtype) -> str:
+    """Which of OPERAND_FORMS a binary node's operands make in a case of `dtype`."""
+    if "scalar" in node["attrs"]:
+        return f"{node['attrs'].get('scalar_side', 'right')} scalar"
+    left, right = (tensors[a] for a in node["args"])
+    if left.dtype != right.dtype:
+        return "left other dtype" if left.dtype != dtype else "right other dtype"
+    if left.shape == right.shape:
         return "same shape"
-    if not right:
+    if not right.shape:
         return "right 0-d"
-    if not left:
+    if not left.shape:
         return "left 0-d"
-    return "right broadcasts" if torch.broadcast_shapes(left, right) == torch.Size(left) else "left broadcasts"
+    return "right broadcasts" if torch.broadcast_shapes(left.shape, right.shape) == left.shape else "left broadcasts"
 
 
 BINARY_OPS = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "fmod", "remainder", "floor_divide", "atan2",
               "eq", "ne", "lt", "le", "gt", "ge"}
-VIEW_OPS = {"slice", "narrow", "select", "transpose", "permute", "expand", "view", "reshape", "unsqueeze", "squeeze"}
+VIEW_OPS = strategies.VIEW_OPS - {"contiguous"}
 VIEW_CLASSES = {
     "step slice": lambda case, node, ids: node["op"] == "slice" and node["attrs"]["step"] > 1,
     "view of a view": lambda case, node, ids: node["op"] in VIEW_OPS and ids.get(node["args"][0]) in VIEW_OPS,
     "view after an op": lambda case, node, ids: node["op"] in VIEW_OPS and ids.get(node["args"][0]) not in VIEW_OPS | {None},
     "in-place write through a view": lambda case, node, ids: bool(node["attrs"].get("view")),
 }
-
-
 def forms_and_views(drawn: list) -> None:
     forms = collections.Counter()
     for case in drawn:
-        shapes = node_shapes(case)
+        tensors = node_tensors(case)
         for node in case.nodes:
-            if node["op"] in BINARY_OPS and len(node["args"]) == 2:
-                forms[operand_form(*(shapes[a] for a in node["args"]))] += 1
+            if node["op"] in BINARY_OPS:
+                forms[operand_form(node, tensors, layout.dtype_of(case.dtype))] += 1
     total = sum(forms.values())
     print("  binary operand forms: " + ", ".join(f"{f} {100.0 * forms[f] / max(total, 1):.0f}%" for f in OPERAND_FORMS)
           + f" ({total} nodes)")
+    classes = collections.Counter(spec["domain"].get("tail", "ordinary") for case in drawn for spec in case.inputs
+                                  if spec["domain"]["kind"] in strategies.TAILED_KINDS
+                                  and spec["dtype"] in strategies.FLOAT_DTYPES)
+    total = sum(classes.values())
+    if total:
+        print("  value classes of float inputs: " + ", ".join(f"{c} {100.0 * n / total:.0f}%"
+                                                             for c, n in classes.most_common()) + f" ({total} inputs)")
     views = {}
     for name, holds in VIEW_CLASSES.items():
         views[name] = share(drawn, lambda c: any(holds(c, n, {m["id"]: m["op"] for m in c.nodes}) for n in c.nodes))

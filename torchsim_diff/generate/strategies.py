@@ -7,8 +7,9 @@
 Every draw goes through Hypothesis, so shrinking works on the graph itself: fewer nodes,
 smaller shapes, simpler layouts (contiguous first), ordinary values and sizes. Ops are
 picked by a coverage schedule (`CoverageSchedule`) so that every op gets its share; a
-per-case switch puts a minority of cases in a value tail (`values.TAILS`) or the size
-tail (`ODD_SIZES`).
+per-case switch puts a minority of cases in a value tail (`values.TAIL_DOMAINS`) or the size
+tail (`ODD_SIZES`), and outside them the fresh inputs of each node take a value class
+(ordinary or a tail) scheduled per op, so that every op meets every class.
 Operands are picked from values already in the graph or made as new inputs; each new
 input gets a layout drawn from the layout classes and lives in guarded storage. Result
 shapes come from running the emitted code on meta tensors, so no shape rule is written
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 
 from torchsim_diff.case import layout
 from torchsim_diff.case.graph import SCHEMA, Case
+from torchsim_diff.case.values import TAIL_DOMAINS
 from torchsim_diff.ops import FAMILIES, all_ops, ops_in
 from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.generate.schedules import ArgumentSchedule, CoverageSchedule
@@ -38,7 +40,13 @@ SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33, 64, 129)
 ODD_SIZES = (9, 17, 23, 33, 47, 65, 129)
 MAX_NUMEL = 4096
 SPECIAL_SLOT = "case:special values"     # the ArgumentSchedule's slot for the per-case switch
-VALUE_TAILS = ("near_overflow", "denormal", "signed_zero", "ties", "cancellation")
+VALUE_TAILS = tuple(TAIL_DOMAINS)
+# An op's fresh float inputs take a value class: ordinary values or a value tail. Ordinary
+# weighs ORDINARY_WEIGHT tails in the schedule: an op's first draw is ordinary, its next
+# ones go round the tails.
+ORDINARY = "ordinary"
+ORDINARY_WEIGHT = 2.0
+TAILED_KINDS = frozenset().union(*TAIL_DOMAINS.values())
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 INT_DTYPES = ("int32", "int64")
 # A value domain satisfies a requirement when it is a subset of it.
@@ -136,10 +144,13 @@ class GraphBuilder:
 
     def _scheduled(self, options: list, weights=None):
         """The schedule's pick among `options` (those of positive weight) for this op's next slot."""
+        caller = sys._getframe(2)         # the line of the op's build (or builder helper) that chose
+        return self._choose(f"{self._op}@{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}",
+                            options, weights)
+
+    def _choose(self, slot: str, options: list, weights=None):
         if weights is not None:
             options, weights = zip(*[(o, w) for o, w in zip(options, weights) if w > 0])
-        caller = sys._getframe(2)         # the line of the op's build (or builder helper) that chose
-        slot = f"{self._op}@{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}"
         self.draw(st.integers(0, 2**32 - 1))         # the choice's own ticket, part of the key
         option = self.arguments.choose(slot, f"{slot}|{self.history!r}", options, weights)
         self.choices.append((slot, option))
@@ -265,6 +276,19 @@ class GraphBuilder:
         kept = [1 if self.draw_bool(0.4) else s for s in shape[drop:]]
         return self.value_of_shape(kept, domain)
 
+    def broadcasting_to(self, shape, domain: str = "real") -> str:
+        """A value of another shape that broadcasts to `shape`: fewer dims, size-1 dims, or
+        both (0-d only where `shape` has a single dim; `shape` itself where it is 0-d)."""
+        shape = list(shape)
+        if not shape:
+            return self.value_of_shape(shape, domain)
+        drop = self.draw_int(0, len(shape) - 1)
+        kept = [1 if self.draw_bool(0.4) else s for s in shape[drop:]]
+        if kept == shape:
+            wide = [d for d, s in enumerate(shape) if s > 1]
+            kept = [1 if d == wide[0] else s for d, s in enumerate(shape)] if wide else shape[1:]
+        return self.value_of_shape(kept, domain)
+
     @_operand
     def index_input(self, shape, *, high: int, unique: bool = False, dim: int = 0) -> str:
         """A new int64 input with values in [0, high) (distinct along `dim` when unique)."""
@@ -280,10 +304,22 @@ class GraphBuilder:
         return self._add_input(list(shape), dtype, self._domain(domain, tail), mutable=False, value_domain=domain)
 
     def _domain(self, kind: str, tail: bool = True) -> dict:
-        """The value domain of a new input, with the case's value tail when it has one."""
-        if tail and self.value_tail and kind in ("real", "positive", "nonzero", "small"):
+        """The value domain of a new input: with the case's value tail when it has one, else
+        with a value class scheduled for the op drawing it."""
+        if not tail or kind not in TAILED_KINDS:
+            return {"kind": kind}
+        if self.value_tail:
             return {"kind": kind, "tail": self.value_tail}
-        return {"kind": kind}
+        chosen = self._value_class(kind)
+        return {"kind": kind} if chosen == ORDINARY else {"kind": kind, "tail": chosen}
+
+    def _value_class(self, kind: str) -> str:
+        """Ordinary values or one of the value tails `kind` admits, scheduled per op and
+        kind: every op meets every class its operands admit within a campaign."""
+        if self._op is None or self.arguments is None or self.dtype not in FLOAT_DTYPES:
+            return ORDINARY
+        tails = [t for t in VALUE_TAILS if kind in TAIL_DOMAINS[t]]
+        return self._choose(f"{self._op}:{kind} values", [ORDINARY, *tails], [ORDINARY_WEIGHT] + [1.0] * len(tails))
 
     def mutable_target(self, *, min_rank: int = 0, prefer_view: bool = False):
         """(input name, view attrs or None, written shape) for an in-place write."""
@@ -388,7 +424,8 @@ class GraphBuilder:
     def case(self, seed: int, special: bool) -> Case:
         outputs = [n["id"] for n in self.nodes if n["id"] not in self.consumed]
         values = {"seed": seed, "special": special}
-        tails = [t for t in (self.value_tail, "odd_sizes" if self.odd_sizes else None) if t]
+        drawn = {spec["domain"]["tail"] for spec in self.inputs if "tail" in spec["domain"]}
+        tails = [t for t in VALUE_TAILS if t == self.value_tail or t in drawn] + ["odd_sizes"] * self.odd_sizes
         if tails:
             values["tails"] = tails
         return Case(dtype=self.dtype, inputs=self.inputs, nodes=self.nodes, outputs=outputs,

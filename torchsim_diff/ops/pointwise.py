@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from torchsim_diff.ops import OpSpec, call, register
-from torchsim_diff.ops.attrs import NUMBER, optional, or_none
+from torchsim_diff.ops.attrs import NUMBER, one_of, optional, or_none
 
 
 def unary(name, fn, *, rounding, domain="real", dtypes="float", result_domain="real"):
@@ -13,25 +13,73 @@ def unary(name, fn, *, rounding, domain="real", dtypes="float", result_domain="r
 
 
 # How a binary op's operands come: same shape, one broadcasting to the other (size-1 or fewer
-# dims), or one 0-d; each on either side.
-OPERAND_FORMS = ("same shape", "right broadcasts", "left broadcasts", "right 0-d", "left 0-d")
+# dims), one 0-d, one a Python number, or one of another dtype (type promotion); each on
+# either side.
+OPERAND_FORMS = ("same shape", "right broadcasts", "left broadcasts", "right 0-d", "left 0-d",
+                 "right scalar", "left scalar", "right other dtype", "left other dtype")
+# torch's functions take a Python number as their second operand; these also as their first
+# (a wrapped number: a Python scalar's type promotion). maximum, minimum, atan2 and the logical
+# ops take none.
+LEFT_SCALAR_OPS = frozenset({"add", "sub", "mul", "div", "pow", "remainder", "floor_divide",
+                             "bitwise_and", "bitwise_or", "bitwise_xor"})
+NO_SCALAR_OPS = frozenset({"maximum", "minimum", "atan2", "logical_and", "logical_or"})
+# Python numbers per value domain: ints and floats, both signs and zero where the domain has
+# them, integer exponents (negative too) and fractional ones for pow.
+SCALARS = {"real": (-2.5, -1, 0, 0.5, 3), "positive": (0.5, 1, 1.5, 2), "nonzero": (-2, -0.5, 0.5, 3),
+           "small": (-1, -0.5, 0, 0.5, 2)}
+# The dtype of an "other dtype" operand, per case dtype: the other floats and an integer.
+OTHER_DTYPES = {"float32": ("float16", "bfloat16", "int32"), "float16": ("float32", "bfloat16", "int64"),
+                "bfloat16": ("float32", "float16", "int32"), "int32": ("int64", "float32"),
+                "int64": ("int32", "float32")}
+
+
+def operand_forms(name: str, domain: str = "real") -> tuple:
+    """The forms op `name`'s operands may take (`domain`: its operands', "bool" for logical ops)."""
+    sides = () if name in NO_SCALAR_OPS else ("right", "left") if name in LEFT_SCALAR_OPS else ("right",)
+    return tuple(f for f in OPERAND_FORMS
+                 if (not f.endswith(" scalar") or f.split()[0] in sides)
+                 and not (f.endswith(" other dtype") and domain == "bool"))
+
+
+def _scalar_signature(name: str) -> dict:
+    sides = [f.split()[0] for f in operand_forms(name) if f.endswith(" scalar")]
+    return {"scalar": optional(NUMBER), "scalar_side": optional(one_of(*sides))} if sides else {}
+
+
+def _emit_binary(fn: str):
+    def emit(args, attrs):
+        if "scalar" not in attrs:
+            return call(fn, args)
+        scalar = repr(attrs["scalar"])
+        return call(fn, [scalar, *args] if attrs.get("scalar_side") == "left" else [*args, scalar])
+    return emit
 
 
 def binary(name, fn, *, rounding, lhs="real", rhs="real", dtypes="float", result_domain="real"):
+    """An op of two operands in OPERAND_FORMS; an integer-only op (bitwise) meets integer
+    Python numbers and integer other dtypes only."""
+    integers = dtypes == "int"
+
     def build(b):
-        form = b.draw_choice(OPERAND_FORMS)
+        form = b.draw_choice(operand_forms(name, lhs))
         small_on_left = form.startswith("left")
         full = b.value(domain=rhs if small_on_left else lhs)
         other = lhs if small_on_left else rhs
+        if form.endswith("scalar"):
+            pool = [v for v in SCALARS[other] if isinstance(v, int) or not integers]
+            return [full], {"scalar": b.draw_choice(pool), "scalar_side": form.split()[0]}
         if form == "same shape":
             small = b.value_of_shape(b.shape(full), domain=other)
         elif form.endswith("0-d"):
             small = b.value_of_shape([], domain=other)
+        elif form.endswith("other dtype"):
+            kinds = [d for d in OTHER_DTYPES[b.dtype] if d.startswith("int") or not integers]
+            small = b.new_input(b.shape(full), domain=other, dtype=b.draw_choice(kinds))
         else:
-            small = b.broadcastable_to(b.shape(full), domain=other)
+            small = b.broadcasting_to(b.shape(full), domain=other)
         return ([small, full] if small_on_left else [full, small]), {}
-    register(OpSpec(name, "pointwise", lambda a, k: call(fn, a), build, rounding=rounding, dtypes=dtypes,
-                    result_domain=result_domain))
+    register(OpSpec(name, "pointwise", _emit_binary(fn), build, rounding=rounding, dtypes=dtypes,
+                    result_domain=result_domain, signature=_scalar_signature(name)))
 
 
 for _name, _fn, _dom, _dt, _res, _rule in [
@@ -82,12 +130,22 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
 def _build_where(b):
     x = b.value()
     cond = b.broadcastable_to(b.shape(x), domain="bool")
-    y = b.broadcastable_to(b.shape(x))
-    return [cond, x, y], {}
+    form = b.draw_choice(("tensors", "left scalar", "right scalar"))
+    if form != "tensors":
+        return [cond, x], {"scalar": b.draw_choice(SCALARS["real"]), "scalar_side": form.split()[0]}
+    return [cond, x, b.broadcastable_to(b.shape(x))], {}
 
 
-register(OpSpec("where", "pointwise", lambda a, k: call("torch.where", a), _build_where, rounding="exact",
-                dtypes="any"))
+def _emit_where(args, attrs):
+    if "scalar" not in attrs:
+        return call("torch.where", args)
+    cond, x = args
+    scalar = repr(attrs["scalar"])
+    return call("torch.where", [cond, scalar, x] if attrs.get("scalar_side") == "left" else [cond, x, scalar])
+
+
+register(OpSpec("where", "pointwise", _emit_where, _build_where, rounding="exact", dtypes="any",
+                signature={"scalar": optional(NUMBER), "scalar_side": optional(one_of("left", "right"))}))
 
 
 def _bounds(b):
