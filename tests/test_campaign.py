@@ -9,7 +9,7 @@ from torchsim_diff.cli import main
 from torchsim_diff.results.jsonl import read_records
 from torchsim_diff.results.record import Record
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]   # whole campaigns: the e2e set (.ci/run)
 STABLE = ("case_id", "graph_hash", "route", "status", "kind", "bucket", "max_abs_err", "max_ulp")
 
 
@@ -45,6 +45,11 @@ def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
     assert code == 1
     printed = capsys.readouterr().out
     assert "Buckets" in printed and "wrong_values" in printed
+    # the report folder, as a pytest campaign writes it: a page per bucket, linked from report.html
+    report = (out / "report.html").read_text()
+    pages = list((out / "buckets").glob("*.html"))
+    assert pages and all(f"buckets/{page.name}" in report for page in pages)
+    assert f"HTML report: {out / 'report.html'}" in printed
 
 
 def test_a_known_bug_is_recorded_as_known_neither_new_nor_a_finding(tmp_path, double_routes, capsys):

@@ -21,7 +21,7 @@ from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.results.jsonl import ResultsWriter, read_all, read_records
 from torchsim_diff.results.record import Record
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]   # whole campaigns: the e2e set (.ci/run)
 
 
 def _cli(*argv, env=None):

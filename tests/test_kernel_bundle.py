@@ -114,6 +114,7 @@ def test_a_known_adapter_value_bug_exports_one_launch_that_reproduces_on_the_hos
     assert "index, interpreter, compiled here:" in done.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_right_launch_exits_0(spike_route, tmp_path):
     from doubles.cases import CaseRun, make_case, tensor_spec

@@ -124,6 +124,7 @@ def test_an_installed_wheel_fuzzes_in_an_empty_folder_and_knows_the_known_bugs(b
     assert fuzz.returncode == 0, fuzz.stdout[-3000:] + fuzz.stderr[-3000:]
     records = [json.loads(line) for line in open(empty / "run" / "results.jsonl")]
     assert len(records) == 3 and "Summary" in fuzz.stdout
+    assert (empty / "run" / "report.html").is_file() and "HTML report:" in fuzz.stdout
     known = re.search(r"1 failing case\(s\) in known bug bucket\(s\) \w+ \(entries in (.+)\)", fuzz.stdout)
     assert known, fuzz.stdout[-3000:]
     assert known.group(1).startswith(str(tmp_path / "venv"))   # the wheel's own copy of the ledger

@@ -73,6 +73,7 @@ def inductor_record(tmp_path_factory):
 
 
 # -- end to end ------------------------------------------------------------------------------
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_known_bug_reproduces_in_torch_only_venv_and_passing_case_does_not(inductor_record, torch_venv, tmp_path):
     failing = bundles.write_bundle(inductor_record, str(tmp_path / "failing"))
@@ -88,6 +89,7 @@ def test_known_bug_reproduces_in_torch_only_venv_and_passing_case_does_not(induc
     assert len(open(os.path.join(failing, "repro.py")).read().splitlines()) <= 40
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_case, tmp_path):
     pytest.importorskip("torch_mlir.execution_engine")
@@ -104,6 +106,7 @@ def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_ca
     assert len(open(os.path.join(failing, "repro.py")).read().splitlines()) <= 40
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_torch_only_venv_cannot_import_the_harness(torch_venv):
     """Guards the test above: a script importing torchsim_diff would fail there."""
@@ -131,6 +134,7 @@ def test_hang_runs_in_a_child_with_a_time_limit_that_passes_its_exit_status_on(a
     assert done.returncode == 0 and "FIXED" in done.stdout, done.stdout + done.stderr
 
 
+@pytest.mark.e2e
 def test_harness_only_route_runs_the_case_through_torchsim_diff_and_exits_2_where_it_is_missing(
         add_case, tmp_path, double_routes, monkeypatch):
     record = _record(add_case, route="double-wrong-element", project="llvm")      # llvm: no collect_env

@@ -1,9 +1,12 @@
 """Shards as a Ray actor runs them, here in one process (no Ray needed): failures are
 reduced beside the route worker before their record leaves, and --budget stops the shards."""
+import pytest
+
 from torchsim_diff.campaign.fuzz import CampaignOptions
 from torchsim_diff.campaign.ray_cluster import run_shards_here
 
 
+@pytest.mark.e2e
 def test_failures_are_reduced_before_their_records_leave_the_shard(tmp_path, double_routes):
     opts = CampaignOptions(routes=["double-wrong-element"], out_dir=str(tmp_path), max_examples=3, seed=1,
                            max_nodes=3, reduce_budget_s=20)

@@ -65,6 +65,7 @@ def test_segfault_is_a_crash_and_the_run_goes_on(checker, add_case):
     assert checker.workers["double-segfault"].restarts == 1
 
 
+@pytest.mark.e2e
 def test_hang_is_a_timeout_and_the_run_goes_on(tmp_path, double_routes, add_case):
     with Checker(out_dir=str(tmp_path), timeout_s=3) as checker:
         checker.check(with_seed(add_case, 2), "double-hang")           # warm the worker
@@ -128,6 +129,7 @@ def test_failing_case_keeps_artifacts_passing_case_does_not(checker, add_case):
     assert not os.path.exists(passing.artifact_dir)
 
 
+@pytest.mark.e2e
 def test_run_to_run_differences_are_nondeterministic(tmp_path, double_routes, add_case):
     with Checker(out_dir=str(tmp_path), repeat=2) as checker:
         verdict = checker.check(add_case, "double-nondeterministic")
@@ -152,6 +154,7 @@ def test_localising_a_failure_is_diagnosis_time_not_harness_time(checker, add_ca
     assert verdict.t_harness == pytest.approx(max(verdict.t_case - inside, 0.0))
 
 
+@pytest.mark.e2e
 def test_a_failure_is_localised_once_per_bucket_in_a_run_and_never_for_a_known_bug(tmp_path, double_routes, add_case):
     first, again = with_seed(add_case, 1), with_seed(add_case, 2)
     with Checker(out_dir=str(tmp_path / "fresh"), timeout_s=20) as checker:

@@ -136,11 +136,20 @@ def cmd_fuzz(args) -> int:
     _print_killed(result.records)
     print(f"\n{_counts(result)}, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (f" (interrupted by {signal.Signals(result.signal).name})" if result.interrupted else ""))
+    print(f"HTML report: {_write_html_report(opts.out_dir, result)}")
     for route, reason in result.abandoned.items():
         print(f"route {route} could not be tested to the end: {reason}")
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
         print(note)
     return _fuzz_status(result)
+
+
+def _write_html_report(out_dir: str, result) -> str:
+    """The run's report folder (report.html, a page per bucket), as a pytest campaign writes it."""
+    from torchsim_diff.report.html_report import write_report
+    from torchsim_diff.report.tables import new_bucket_rows
+    new_rows = new_bucket_rows(result.records, result.new_buckets, result.bundles)
+    return write_report(out_dir, result.records, new_rows=new_rows, bundles=result.bundles)
 
 
 def _max_examples(args) -> int:

@@ -39,6 +39,7 @@ def _worker_start(shared, name, failing_isa=None):
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e
 def test_the_first_worker_checks_and_the_next_ones_take_its_passes(tmp_path):
     shared = tmp_path / "shared"
     first = _worker_start(shared, "first")
@@ -48,6 +49,7 @@ def test_the_first_worker_checks_and_the_next_ones_take_its_passes(tmp_path):
     assert (second["valid"], second["picked"]) == (first["valid"], first["picked"])
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="fails the x86 AVX2 check on purpose")
 def test_a_check_that_failed_is_not_recorded_and_the_next_worker_repeats_it(tmp_path):
     shared = tmp_path / "shared"

@@ -245,12 +245,12 @@ class GraphBuilder:
         return self.new_input(self.draw_shape(min_rank, max_rank), domain)
 
     def view_source(self, *, min_rank: int = 0, max_rank: int = 4) -> str:
-        """The operand of a view op: about one time in three a value that is itself a view,
+        """The operand of a view op: half the time a value that is itself a view,
         when the graph has one (a view of a view), else any value (`value`)."""
         made_by = {node["id"]: node["op"] for node in self.nodes}
         views = [name for name in self._candidates("real", lambda m: min_rank <= m.dim() <= max_rank)
                  if made_by.get(name) in VIEW_OPS]
-        if views and self.draw_bool(0.35):
+        if views and self.draw_bool(0.5):
             return self._pick(views)
         return self.value(min_rank=min_rank, max_rank=max_rank)
 
