@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up (idempotent), then run the tool's tests, a small derandomized fuzz pass over the
 # public routes (triton-spike included: 7 family items, 8 cases, about 1 CPU-minute), and the
-# corpus replay; the end-to-end set (marker e2e) is left out unless asked for with `-m e2e`.
+# corpus replay; the end-to-end set (marker e2e: whole campaigns, fresh venvs, real toolchain
+# chains, triton-spike's known-bug replays) and the bench set are left out unless asked for with
+# `-m "e2e or bench"` (.ci/run runs them after this).
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -7,8 +7,19 @@ import ctypes
 import json
 import time
 
+import torch
+
 from torchsim_diff.case.layout import storage_of
 from torchsim_diff.routes.base import Compiled, Route
+
+
+def _corrupt_first_element(t) -> None:
+    """Off by one in place (flipped, for a bool output such as a comparison's)."""
+    flat = t.view(-1)
+    if t.dtype == torch.bool:
+        flat[0] = ~flat[0]
+    else:
+        flat[0] += 1
 
 
 def _odd_seed(ctx) -> bool:
@@ -47,7 +58,7 @@ class WrongElementRoute(Route):
             def __call__(self, inputs, ctx):
                 outputs = list(program(*inputs))
                 first = outputs[0].contiguous().clone()
-                first.view(-1)[0] += 1
+                _corrupt_first_element(first)
                 return tuple([first] + outputs[1:])
         return _Corrupting()
 
@@ -158,7 +169,7 @@ class WrongUnlessExpRoute(Route):
             def __call__(self, inputs, ctx):
                 outputs = list(program(*inputs))
                 first = outputs[0].contiguous().clone()
-                first.view(-1)[0] += 1
+                _corrupt_first_element(first)
                 return tuple([first] + outputs[1:])
         return _Corrupting()
 
@@ -225,7 +236,7 @@ class HostPartRoute(Route):
 
         def corrupt(inputs, outputs, ctx):
             if _odd_seed(ctx):
-                outputs[0].view(-1)[0] += 1
+                _corrupt_first_element(outputs[0])
         return _Eager(program, corrupt)
 
 

@@ -94,6 +94,7 @@ def test_the_ledger_in_the_repository_is_whole():
         assert cause.status == "new" or cause.upstream.startswith("https://"), cause.name
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_cause_exports_as_its_plainest_case_with_its_title_and_summary(tmp_path, capsys):
     causes, _ = ledger.read_causes(KNOWN)

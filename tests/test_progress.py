@@ -153,6 +153,7 @@ def _run(suite, *args):
                                       "--report-dir", str(suite.path / "run"), "-p", "no:cacheprovider", *args)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_a_plain_test_run_prints_no_progress_and_keeps_its_dot_line(suite):
     result = _run(suite)
@@ -161,6 +162,7 @@ def test_a_plain_test_run_prints_no_progress_and_keeps_its_dot_line(suite):
     result.stdout.fnmatch_lines(["test_suite.py .. *"])
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_progress_asked_for_comes_in_whole_lines_between_pytests_own(suite):
     result = _run(suite, "--fuzz-progress", "lines")

@@ -163,6 +163,15 @@ def test_case_graph_has_a_box_per_value_and_an_edge_per_argument():
     assert html_report.graph_levels(case) == {"x0": 0, "v0": 1, "v1": 2, "v2": 3}
 
 
+def test_a_route_that_died_before_running_anything_gets_its_page_with_an_empty_graph(tmp_path):
+    """A crash at start-up is recorded with an empty case; its page once raised instead."""
+    empty = {"schema": 1, "dtype": "float32", "inputs": [], "nodes": [], "outputs": [], "values": {"seed": 0}}
+    record = Record(case_id="c0", route="double-dies-at-start", status="fail", kind="crash", bucket="b0",
+                    n_nodes=0, ops=[], case=empty)
+    html_report.write_report(str(tmp_path), [record])
+    assert "an empty graph" in (tmp_path / "buckets" / html_report.page_name("b0")).read_text()
+
+
 # -- in a real browser -------------------------------------------------------------------------------
 CHROMIUM = shutil.which("chromium")
 BROWSER_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",

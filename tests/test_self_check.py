@@ -27,6 +27,7 @@ def test_a_bug_whose_repro_reproduces_is_new_with_its_bundle(tmp_path, double_ro
     assert os.path.exists(tmp_path / "run" / "bundles" / failing[0].bucket / "repro.py")
 
 
+@pytest.mark.e2e
 def test_a_bug_its_repro_does_not_reproduce_is_unconfirmed_never_new(tmp_path, double_routes, capsys):
     """The route is wrong only in a worker that ran earlier cases: the campaign's replays
     fail too, but repro.py, a fresh process running the case alone, prints FIXED."""
@@ -107,6 +108,7 @@ def test_an_error_in_triage_stays_on_its_own_case(tmp_path, double_routes):
     assert record.reduce_error == "triage failed: RuntimeError: reducer bug"
 
 
+@pytest.mark.e2e
 def test_only_fresh_cases_count_towards_abandoning_a_route(tmp_path, double_routes):
     """Triage re-runs of a crash (reduction, self-check replays) neither count nor clear the count."""
     from tests.conftest import make_case

@@ -193,6 +193,7 @@ DOUBLE_CASES = {
 }
 
 
+@pytest.mark.e2e    # a case through Triton, the adapter and Spike, then localised
 @pytest.mark.parametrize("double", sorted(DOUBLE_CASES))
 def test_launcher_double_is_caught_and_localised_to_its_kernel(route, double):
     broken = spike_route({"launcher": getattr(spike_launchers, double)()}, share_with=route)

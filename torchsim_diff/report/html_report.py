@@ -439,6 +439,8 @@ def case_graph_svg(case: dict, highlight: str | None = None) -> str:
     """Inline SVG of a case dict (case.graph's JSON): inputs and nodes as boxes, in columns by
     depth, with an edge from each argument; outputs drawn bold, nodes of op `highlight` red."""
     levels = graph_levels(case)
+    if not levels:        # a record of a route that died before it ran anything holds an empty case
+        return "<p>(an empty graph: no inputs, no nodes)</p>"
     columns = defaultdict(list)
     for name, level in levels.items():
         columns[level].append(name)
