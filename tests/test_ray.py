@@ -104,8 +104,10 @@ def test_budget_stops_the_cluster_and_says_so(cluster, options, tmp_path):
 @pytest.mark.e2e
 def test_an_actor_that_is_never_placed_does_not_stall_the_campaign(cluster, options, tmp_path, monkeypatch):
     # Right after a node dies the cluster's CPU count may still include it, so actors are asked
-    # for that can never be placed: the campaign runs on those that start.
-    placeable = int(sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]))
+    # for that can never be placed: the campaign runs on those that start. The live nodes are
+    # counted from the cluster itself: ray.nodes() needs this process connected, which only an
+    # earlier test on the same xdist worker would have done.
+    placeable = NODE_ARGS["num_cpus"] * len(cluster[0].list_all_nodes())
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": float(placeable + 2)})
     small = dataclasses.replace(options, out_dir=str(tmp_path), max_examples=24)
     result = run_ray_campaign(small, cluster[0].address, SHARDS)
