@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from torchsim_diff.case import layout
 from torchsim_diff.case.graph import Case
 from torchsim_diff.ops import all_ops, get_op
-from torchsim_diff.generate.strategies import META_STRIDES_DIFFER, InvalidArgument, cases
+from torchsim_diff.generate.strategies import FLOAT_DTYPES, META_STRIDES_DIFFER, InvalidArgument, cases
 from torchsim_diff.case.program_check import load_program
 
 FAST = settings(max_examples=60, deadline=None, database=None, derandomize=True,   # CI must not be flaky
@@ -170,6 +170,16 @@ def test_size_tail_reaches_a_minority_of_cases_and_ordinary_values_lead_the_valu
     for case, case_tails in zip(drawn, tails):
         for spec in case.inputs:
             assert spec["domain"].get("tail") in (case_tails - {"odd_sizes"}) | {None}
+
+
+def test_an_integer_operand_of_a_float_case_takes_no_value_tail():
+    """values.draw gives integers no tails; an int32 operand once carried one in its domain
+    and in values.tails all the same."""
+    drawn = _distinct_cases(cases(ops=["add_int_tensor"], max_nodes=1), 30)
+    floats = [spec for case in drawn for spec in case.inputs if spec["dtype"] in FLOAT_DTYPES]
+    ints = [spec for case in drawn for spec in case.inputs if spec["dtype"].startswith("int")]
+    assert ints and any("tail" in spec["domain"] for spec in floats)
+    assert not [spec for spec in ints if "tail" in spec["domain"]]
 
 
 def test_every_op_meets_every_value_class_its_operands_admit():

@@ -301,6 +301,7 @@ class GraphBuilder:
         """A new input; `dtype` other than the case's makes a mixed-dtype operand;
         tail=False keeps it out of the case's value tail."""
         dtype = dtype or ("bool" if domain == "bool" else self.dtype)
+        tail = tail and dtype in FLOAT_DTYPES          # integer values have no tails (values.draw)
         return self._add_input(list(shape), dtype, self._domain(domain, tail), mutable=False, value_domain=domain)
 
     def _domain(self, kind: str, tail: bool = True) -> dict:
