@@ -13,9 +13,13 @@ time, then stops it; every record in the run's results-*.jsonl counts as a case.
 A window runs items of ITEM_CASES cases, shard by shard over the 7 op families, so that
 one worker and W workers both go round the families in the same window (with whole-campaign
 items, one worker spent a window on the first family while two reached a costlier second
-one). One family's known hang (a 30-60 s timeout) can still fall in one window and not another.
-`--same-cases N` removes that: every W runs the same 28 items of N cases to completion, and
-the rate is cases over the whole run, start-up included. `--budget S` runs each W as the
+one). Every W gets the same list of items, sized for the largest W: with a list sized per W,
+the cases themselves differed, and one worker met a crash (Hypothesis then shrinks it, a worker
+restart a step) or a hang that two never drew, which read as a loss of a fifth at 2 workers.
+`--timeout` is 15 s by default, so that a hang costs a window seconds, not the campaign's 120.
+`--same-cases N` runs every W over the same 28 items of N cases to completion, without the
+end-of-run reduction (one process reduces a failure whatever W is), and the rate is cases
+over the whole run, start-up included. `--budget S` runs each W as the
 default campaign does, `--fuzz-budget S` over the same 28 items: every item gets its equal
 share of the time whatever W is, so each W runs the same mix of families, and start-up
 costs every W the same share of the budget. Its rate is cases over the run's wall time.
@@ -24,7 +28,10 @@ Before its windows, each route runs one case in one process (`--warm`, on by def
 that machine-wide state every worker then only reads (Inductor's precompiled header and
 ISA checks, see routes/inductor_machine.py) is built once, as a campaign on a prepared machine would find it.
 
-Scaling is each rate against the one-worker rate times W (100% = linear). The machine's load
+Scaling is each rate against the one-worker rate times W (100% = linear). A second table
+gives CPU-seconds per case by role (the xdist controller, the pytest workers: drawing,
+references, judging; the route workers with the tools they ran): a harness that lost work to
+contention at W workers would spend more per case there than at one. The machine's load
 average is printed with each row: on a shared machine, other work distorts the figures.
 Figures are printed, never asserted.
 
@@ -63,10 +70,14 @@ def count_records(report_dir: str) -> dict:
 def pytest_command(route: str, workers: int, report_dir: str, args) -> list:
     # Windows: short items (ITEM_CASES each) that go round the 7 families shard by shard, so
     # that a window at any W runs the same mix; more than the window can use, at ~8 cases/s a worker.
-    shards = max(4, -(-int(args.window * workers) // ITEM_CASES))
+    # The same items at every W (sized for the largest): W workers run more of one list of items,
+    # where items sized per W had one worker meet a hang that two never drew.
+    most = max(int(w) for w in args.workers.split(","))
+    shards = max(4, -(-int(args.window * most) // ITEM_CASES))
     fixed = ["--fuzz-examples", str(ITEM_CASES)]
     if args.same_cases:                       # the same items, cases and shards at every W
-        shards, fixed = 4, ["--fuzz-examples", str(args.same_cases)]
+        # no reduction at the end: one process reduces a failure at any W, which is not scaling
+        shards, fixed = 4, ["--fuzz-examples", str(args.same_cases), "--fuzz-reduce-budget", "0"]
     if args.budget:                           # the same items at every W, each its share of the time
         shards, fixed = 4, ["--fuzz-budget", f"{args.budget:g}", "--fuzz-reduce-budget", "0"]
     return [sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider", "-q",
@@ -102,6 +113,7 @@ def measure(route: str, workers: int, args) -> dict:
         finally:
             elapsed = time.monotonic() - t0
             busy = (_busy_seconds() - busy0) / elapsed
+            cpu = cpu_by_role(proc.pid)
             _stop(proc)
         total = sum(count_records(report_dir).values())
     steady = None
@@ -109,7 +121,32 @@ def measure(route: str, workers: int, args) -> dict:
         steady = (total - started_count) / (elapsed - all_started)
     return {"route": route, "workers": workers, "cases": total, "window_rate": total / elapsed, "seconds": elapsed,
             "steady_rate": steady, "first_all_s": all_started, "load": os.getloadavg()[0],
-            "cores": len(cores) if cores else os.cpu_count(), "busy": busy}
+            "cores": len(cores) if cores else os.cpu_count(), "busy": busy, "cpu": cpu}
+
+
+ROLES = (("route worker", "torchsim_diff.worker.server"), ("pytest worker", "sys.stdin.readline"),
+         ("controller", "pytest"))
+
+
+def cpu_by_role(group: int) -> dict:
+    """CPU-seconds so far of the run's processes (its process group), by role: the xdist
+    controller, the pytest workers (drawing, eager and float64 references, judging), the route
+    workers (compile and run, with the tools they ran and reaped: clang, llc, spike)."""
+    seconds: dict = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                command = handle.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if int(fields[2]) != group:
+            continue
+        role = next((name for name, mark in ROLES if mark in command), "other")
+        seconds[role] = seconds.get(role, 0.0) + sum(int(v) for v in fields[11:15]) / tick
+    return seconds
 
 
 def _busy_seconds() -> float:
@@ -187,13 +224,22 @@ def table(rows: list) -> str:
                                   "cores busy (machine)", "load avg"])
 
 
+def cpu_table(rows: list) -> str:
+    """CPU-seconds per case by role: where W workers spend more per case than one did."""
+    roles = [name for name, _ in ROLES] + ["other"]
+    out = [[row["route"], row["workers"], round(sum(row["cpu"].values()) / max(row["cases"], 1), 3),
+            *(round(row["cpu"].get(role, 0.0) / max(row["cases"], 1), 3) for role in roles)]
+           for row in rows if row["cpu"]]     # a run that ended by itself has no processes left to read
+    return tabulate(out, headers=["route", "workers", "CPU s/case", *roles])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--routes", default="inductor,triton")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts; 1 should come first")
     parser.add_argument("--window", type=float, default=60.0, help="seconds of wall time per run (default: 60)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per case (default: 120)")
+    parser.add_argument("--timeout", type=float, default=15.0, help="seconds per case (default: 15)")
     parser.add_argument("--no-warm", dest="warm", action="store_false",
                         help="measure from a cold machine (the first window then builds Inductor's header)")
     parser.add_argument("--keep", metavar="DIR", help="keep each window's report folder under DIR")
@@ -214,6 +260,9 @@ def main():
             rows.append(measure(route, workers, args))
             sys.stderr.write(f"{route} x{workers}: {rows[-1]['cases']} cases in {rows[-1]['seconds']:.0f} s\n")
     print(table(rows))
+    if any(row["cpu"] for row in rows):
+        print()
+        print(cpu_table(rows))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import re
 import time
+import warnings
 
 import torch
 
@@ -134,9 +135,13 @@ def export_program(program, example_inputs):
     """torch.export the program on contiguous copies and run torch-mlir's decompositions."""
     from torch_mlir.extras.fx_decomp_util import get_decomposition_table
     try:
-        exported = torch.export.export(_ProgramModule(program), tuple(contiguous_copies(example_inputs)),
-                                       strict=False)
-        return exported.run_decompositions(get_decomposition_table())
+        with warnings.catch_warnings():
+            # torch deep-copies its own pytree specs here and warns about its own deprecated
+            # LeafSpec, once per copy: hundreds of lines per case that nobody can act on.
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            exported = torch.export.export(_ProgramModule(program), tuple(contiguous_copies(example_inputs)),
+                                           strict=False)
+            return exported.run_decompositions(get_decomposition_table())
     except Exception as error:  # noqa: BLE001 - any export failure is the import stage's verdict
         raise RouteFailure(Kind.COMPILE_ERROR, "import", f"torch.export failed: {_first_lines(error)}") from None
 
