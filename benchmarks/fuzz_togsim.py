@@ -17,15 +17,17 @@ import argparse
 import collections
 import dataclasses
 import json
-import re
 import sys
 import time
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from torchsim_diff.timing.fuzz_example import examine
+from torchsim_diff.timing.known_defects import known_defects
+from torchsim_diff.timing.togsim_buckets import NOT_RUN, bucket_key
 from torchsim_diff.timing.tog_strategies import hardware_configs, tilings
 from torchsim_diff.timing.togsim_runner import TOGSimInstall, Unavailable, find_togsim
+from torchsim_diff.triage.known_ledger import default_ledger
 
 
 class _NewFinding(Exception):
@@ -44,6 +46,8 @@ class Campaign:
     max_tiles: int
     counts: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(collections.Counter))
     findings: dict = dataclasses.field(default_factory=dict)
+    known: dict = dataclasses.field(default_factory=dict)       # bucket key -> KnownDefect
+    known_hits: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     examples: int = 0
 
     def round(self, round_seed: int) -> bool:
@@ -65,7 +69,8 @@ class Campaign:
                 self.examples += 1
                 for verdict in verdicts:
                     self.counts[verdict.check]["pass" if verdict.passed else "fail"] += 1
-                new = [s for s in failing if s not in self.findings]
+                self.known_hits.update(self.known[s].name for s in failing if s in self.known)
+                new = [s for s in failing if s not in self.findings and s not in self.known]
                 state["target"] = new[0] if new else None
             if state["target"] in failing:
                 state["smallest"] = (tiling, hardware, failing[state["target"]])
@@ -85,10 +90,8 @@ class Campaign:
 
 
 def signature(verdict) -> str:
-    """A finding's identity: the check, and for a failed run its message without numbers."""
-    if verdict.check.startswith("run"):
-        return f"{verdict.check}: {re.sub(r'[0-9]+', 'N', verdict.message)[:160]}"
-    return verdict.check
+    """A finding's identity: its bucket key (check, run outcome, normalised message)."""
+    return bucket_key(verdict, verdict.figures.get("outcome", NOT_RUN))
 
 
 def parse_args(argv):
@@ -108,7 +111,8 @@ def main(argv=None) -> int:
         print(f"fuzz_togsim: {install.reason}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    campaign = Campaign(TOGSimInstall(install.binary), args.timeout, started + args.budget, args.max_tiles)
+    campaign = Campaign(TOGSimInstall(install.binary), args.timeout, started + args.budget, args.max_tiles,
+                        known=known_defects(default_ledger()))
     round_seed = args.seed
     while time.monotonic() < campaign.deadline and campaign.round(round_seed):
         round_seed += 1
@@ -116,7 +120,7 @@ def main(argv=None) -> int:
     if args.out:
         with open(args.out, "w") as out:
             json.dump({"examples": campaign.examples, "counts": {k: dict(v) for k, v in campaign.counts.items()},
-                       "findings": campaign.findings}, out, indent=1, default=str)
+                       "findings": campaign.findings, "known": dict(campaign.known_hits)}, out, indent=1, default=str)
     return 1 if campaign.findings else 0
 
 
@@ -125,6 +129,8 @@ def report(campaign: Campaign, seconds: float) -> None:
     print(f"{'check':<24}{'pass':>8}{'fail':>8}")
     for check, counter in sorted(campaign.counts.items()):
         print(f"{check:<24}{counter['pass']:>8}{counter['fail']:>8}")
+    for name, hits in sorted(campaign.known_hits.items()):
+        print(f"KNOWN {name}: {hits} example(s)")
     for name, finding in campaign.findings.items():
         print(f"\nFINDING {name}\n  {finding['message']}\n  tiling:   {finding['tiling']}\n  hardware: {finding['hardware']}")
 

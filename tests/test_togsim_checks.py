@@ -1,11 +1,13 @@
 """Every check on TOGSim's timings passes on sound figures and fails, with its figures, on
 figures that break it. Figures are recorded ones (the saved real logs) or made up to sit just
 on either side of a bound."""
+import dataclasses
 import os
 
 import pytest
 
 from torchsim_diff.timing import checks
+from torchsim_diff.timing.hw_config import HardwareConfig
 from torchsim_diff.timing.tog import TOG, Compute, ComputeKind, Loop, LoopKind
 from torchsim_diff.timing.togsim_log import CoreFigures, TOGSimFigures, Unit, parse_log
 
@@ -108,3 +110,69 @@ def test_units_accounted_fails_on_the_recorded_vector_unit_that_never_counts_idl
     # TOGSim adds each period's vector idle cycles to no total: the closing report says 0
     verdict = checks.units_accounted(recorded("gemm_tpuv3_ramulator2.log"))
     assert not verdict and verdict.figures["off_units"] == {"core0.vector": 0}
+
+
+def test_units_accounted_names_the_kinds_off_so_one_defect_is_one_bucket():
+    verdict = checks.units_accounted(recorded("vector_idle.log"))
+    assert not verdict and "(vector with no idle cycles)" in verdict.message
+    both = CoreFigures(0, 100, (Unit(40, 50),), Unit(10, 0), Unit(30, 70), 0, {})
+    assert "(systolic; vector with no idle cycles)" in checks.units_accounted(
+        TOGSimFigures(100, (both,), 1000, 32, 64.0)).message
+
+
+# -- the bounds, on runs that broke the earlier ones ---------------------------------------
+BURST4 = HardwareConfig(num_cores=1, dram_freq_mhz=500, dram_channels=1, dram_request_bytes=32,
+                        dram_burst_length=4, dram_latency_cycles=1)
+
+
+def test_the_stated_dram_peak_is_no_bound_with_a_long_burst():
+    # 94 cycles moved 768 B; the stated 500 MHz x 1 x 32 B x 2 / 4 = 8 B/cycle would need 96
+    run = recorded("dram_bound_burst4.log")
+    assert BURST4.stated_dram_bytes_per_core_cycle() == 8.0
+    assert not checks.dram_bound(run, BURST4.stated_dram_bytes_per_core_cycle())
+    # the simple model takes one 32 B request per channel per DRAM cycle: 16 B per core cycle
+    assert BURST4.peak_dram_bytes_per_core_cycle() == 16.0
+    assert checks.dram_bound(run, BURST4.peak_dram_bytes_per_core_cycle())
+
+
+def test_the_dram_peak_is_capped_by_one_request_per_core_port_per_cycle():
+    # 4 channels could take 128 B/cycle, but one core injects one 32 B request a cycle
+    assert HardwareConfig(num_cores=1).peak_dram_bytes_per_core_cycle() == 32.0
+    assert HardwareConfig(num_cores=2).peak_dram_bytes_per_core_cycle() == 64.0
+    assert HardwareConfig(num_cores=8).peak_dram_bytes_per_core_cycle() == 128.0
+    run = recorded("gemm_c1.log")                       # 327680 B in 10496 cycles: just above
+    assert checks.dram_bound(run, 32.0).figures["ratio"] == pytest.approx(1.025)
+    assert not checks.dram_bound(run, 31.0)
+
+
+def test_whole_picosecond_periods_make_a_clock_slightly_fast():
+    # 1200 MHz ticks every 833 ps, not 833.33: its peak is 1000/833 requests per ns
+    hardware = HardwareConfig(num_cores=4, dram_freq_mhz=1200, dram_channels=1)
+    assert hardware.peak_dram_bytes_per_core_cycle() == pytest.approx(32 * 1000 / 833)
+
+
+def test_more_cores_allows_the_dram_contention_of_a_short_run():
+    fewer, more = recorded("more_cores_c2.log"), recorded("more_cores_c4.log")   # 118 and 136 cycles
+    assert not checks.more_cores(fewer, more)                                      # 1.15x > 1.1x
+    hardware = dataclasses.replace(BURST4, num_cores=4, dram_burst_length=1)
+    contention = checks.dram_contention_cycles(fewer.dram_bytes() / 3, 4, hardware.peak_dram_bytes_per_core_cycle(),
+                                               hardware.round_trip_cycles())
+    # 3 tiles of 512 B; 4 cores x 512 B at 16 B/cycle, plus 2 + 2 x 10 cycles of round trip
+    assert contention == 4 * 512 / 16 + 22
+    verdict = checks.more_cores(fewer, more, contention_cycles=contention)
+    assert verdict and verdict.figures["allowed_cycles"] == pytest.approx(1.1 * 118 + 150)
+    assert not checks.more_cores(fewer, recorded("more_cores_c4.log"), contention_cycles=6)
+
+
+# -- the second model on GEMM --------------------------------------------------------------
+def test_the_systolic_estimate_is_macs_over_the_arrays_plus_fill_and_drain():
+    assert checks.systolic_gemm_cycles(256, 256, 256, 128, 128, 1) == 1024 + 256
+    assert checks.systolic_gemm_cycles(256, 256, 256, 128, 128, 4) == 256 + 256
+
+
+def test_cross_model_passes_within_an_order_of_magnitude_and_fails_beyond():
+    run = recorded("gemm_c1.log")                       # 10496 cycles, 327680 DRAM bytes
+    assert checks.cross_model(run, compute_estimate=2000, peak_bytes_per_cycle=32.0)   # memory: 10240
+    verdict = checks.cross_model(run, compute_estimate=200_000, peak_bytes_per_cycle=32.0)
+    assert not verdict and verdict.figures["ratio"] == pytest.approx(10496 / 200_000)
+    assert not checks.cross_model(run, compute_estimate=100, peak_bytes_per_cycle=3000.0)

@@ -78,8 +78,20 @@ def cmd_routes(args) -> int:
         rows.append({"route": name, "available": "yes" if ok else "no",
                      "reason / versions": reason if not ok else ", ".join(f"{k} {v}" for k, v in versions.items()),
                      "what runs": cls.description, "boundary": cls.boundary})
+    if not args.routes:
+        rows.append(_togsim_row())
     print(render(rows, args.format))
     return EXIT_CLEAN
+
+
+def _togsim_row() -> dict:
+    """TOGSim is no route of values: it times the triton-spike route's kernels (docs/togsim.md)."""
+    from torchsim_diff.timing.togsim_runner import availability
+    ok, reason = availability()
+    return {"route": "togsim", "available": "yes" if ok else "no", "reason / versions": reason,
+            "what runs": "triton-spike's kernels as TOGs -> TOGSim (cycle-level NPU model); timing checks",
+            "boundary": "one TOG per launch: grid programs as outer tiles, DMA of each argument's view, "
+                        "compute cost = Spike instret per program"}
 
 
 def cmd_ops(args) -> int:
@@ -551,13 +563,17 @@ def cmd_table(args) -> int:
     from torchsim_diff.results.jsonl import find_results, read_all
     kinds = {"summary": tables.summary_rows, "tolerance": tables.tolerance_rows,
              "buckets": tables.bucket_rows, "coverage": tables.coverage_rows, "mix": tables.mix_rows,
-             "args": tables.args_rows, "history": lambda _records: _history_rows(args.buckets)}
+             "args": tables.args_rows, "history": lambda _records: _history_rows(args.buckets),
+             "timing": lambda _records: tables.timing_rows(_timing_kernels(args.dirs))}
     chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
     for name in chosen:
         if name not in kinds:
             raise UsageError(f"--tables: {name!r} is not one of {', '.join(kinds)}")
     if "history" in chosen:
         _check_history(args.buckets)
+    if chosen == ["timing"]:     # TOGSim timings live in timing.jsonl, with or without results
+        print(tables.render(kinds["timing"](None), args.format, "Timing"))
+        return EXIT_CLEAN
     files = find_results(args.dirs)
     if not files:
         raise UsageError(f"no results*.jsonl found under {', '.join(args.dirs)}")
@@ -571,6 +587,14 @@ def cmd_table(args) -> int:
         return EXIT_CLEAN
     print("\n\n".join(tables.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
+
+
+def _timing_kernels(dirs: list) -> list:
+    from torchsim_diff.timing.kernel_timing import read_timings
+    kernels, bad = read_timings(dirs)
+    if bad:
+        raise UsageError(bad)
+    return kernels
 
 
 def _history_rows(path: str) -> list:
@@ -701,8 +725,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")
     p.add_argument("--format", choices=FORMATS, default="plain")
-    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix,args,history "
-                                    "(default: all but mix and history)")
+    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix,args,history,timing "
+                                    "(default: all but mix, history and timing; timing: TOGSim's per-kernel "
+                                    "figures from timing.jsonl files)")
     p.add_argument("--buckets", default=DEFAULT_HISTORY,
                    help="bucket history for the history table (default: reports/buckets.sqlite)")
     p.set_defaults(func=cmd_table)

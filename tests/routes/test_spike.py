@@ -123,13 +123,13 @@ def test_bad_options_name_the_value(options, fragment):
 def test_half_precision_without_zfh_is_unsupported(tmp_path):
     ctx = RunContext(artifact_dir=str(tmp_path), case={})
     with pytest.raises(Unsupported, match="zfh"):
-        ROUTE.compile(lambda x: (x * 2,), [torch.ones(4, dtype=torch.float16)], ctx)
+        make_route("spike", {"isa": "rv64gcv"}).compile(lambda x: (x * 2,), [torch.ones(4, dtype=torch.float16)], ctx)
 
 
-def test_half_precision_with_zfh_matches_eager(tmp_path):
-    route = make_route("spike", {"isa": "rv64gcv_zfh"})
-    case = case_of(spec("x0", [3, 9], dtype="float16"), spec("x1", [3, 9], dtype="float16"))
-    for outputs, *rest, _ in run_route(route, lambda x0, x1: (x0 * x1 + x0,), case, tmp_path):
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_matches_eager_on_the_default_isa(dtype, tmp_path):
+    case = case_of(spec("x0", [3, 9], dtype=dtype), spec("x1", [3, 9], dtype=dtype))
+    for outputs, *rest, _ in run_route(ROUTE, lambda x0, x1: (x0 * x1 + x0, x0.float().sum()), case, tmp_path):
         assert_same_as_eager(outputs, *rest)
 
 

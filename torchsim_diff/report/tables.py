@@ -140,6 +140,26 @@ def bucket_rows(records, reproducers: dict | None = None) -> list:
     return sorted(buckets.values(), key=lambda row: order[row["bucket"]])
 
 
+def timing_rows(kernels) -> list:
+    """Per kernel timed on TOGSim (timing.kernel_timing's rows): its cycles, how far above its
+    DRAM and compute bounds (x 1.0 = on the bound), its units' utilisation, and the checks that
+    failed (a known TOGSim defect marked known)."""
+    rows = []
+    for row in kernels:
+        failed = [verdict["check"] + (" (known)" if verdict.get("known") else "")
+                  for verdict in row.get("verdicts", ()) if not verdict["passed"]]
+        rows.append({"case": row["case_id"], "kernel": row["kernel"], "programs": row["programs"],
+                     "instret": row["instret"], "outcome": row["outcome"], "cycles": row.get("cycles"),
+                     "cycles/dram bound": row.get("dram_ratio"), "cycles/compute bound": row.get("compute_ratio"),
+                     "vector util": row.get("vector_utilisation"), "dma util": row.get("dma_utilisation"),
+                     "failed checks": ", ".join(failed) or "-"})
+    return rows
+
+
+def timing_table(kernels, fmt: str = "plain") -> str:
+    return render(timing_rows(kernels), fmt, "Timing")
+
+
 def _distinct_cases(records):
     """The records, one per case (a case runs on several routes)."""
     seen = set()

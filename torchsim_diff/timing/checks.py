@@ -22,7 +22,8 @@ from torchsim_diff.timing.tog import ComputeKind, TOG
 from torchsim_diff.timing.togsim_log import TOGSimFigures
 
 TILING_FACTOR = 4.0        # the same work in more tiles: at most this many times slower or faster
-MORE_CORES_SLACK = 1.10    # more cores: at most 10% slower (scheduling noise, shared DRAM)
+CROSS_MODEL_FACTOR = 10.0  # TOGSim vs an analytic GEMM estimate: an order of magnitude either way
+MORE_CORES_SLACK = 1.10    # more cores: at most 10% slower (scheduling noise), plus DRAM contention
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,16 +97,47 @@ def units_busy(figures: TOGSimFigures) -> Verdict:
 
 def units_accounted(figures: TOGSimFigures) -> Verdict:
     """Every unit's active plus idle cycles add up to its core's cycles: each cycle is one or
-    the other."""
-    off = {}
+    the other. The message names the kinds of unit that are off, and whether their idle count
+    is zero, so that one defect makes one bucket."""
+    off, kinds = {}, set()
     for core in figures.cores:
         named = dict(core.units(), **{f"core{core.core}.dma": core.dma})
-        off.update({name: unit.active + unit.idle for name, unit in named.items()
-                    if unit.active + unit.idle != core.cycles})
+        for name, unit in named.items():
+            if unit.active + unit.idle != core.cycles:
+                off[name] = unit.active + unit.idle
+                kinds.add(_unit_kind(name) + (" with no idle cycles" if unit.idle == 0 else ""))
     worst = next(iter(off), None)
     return _verdict("units_accounted", not off,
-                    f"{len(off)} unit(s) whose active + idle cycles are not their core's cycles, e.g. "
-                    f"{worst}: {off.get(worst)}", off_units=off, cycles=figures.total_cycles)
+                    f"{len(off)} unit(s) whose active + idle cycles are not their core's cycles "
+                    f"({'; '.join(sorted(kinds))}), e.g. {worst}: {off.get(worst)}",
+                    off_units=off, cycles=figures.total_cycles)
+
+
+def _unit_kind(name: str) -> str:
+    """"core1.systolic0" -> "systolic"."""
+    return name.split(".", 1)[1].rstrip("0123456789")
+
+
+# -- a second model: GEMM on systolic arrays ------------------------------------------------
+def systolic_gemm_cycles(m: int, n: int, k: int, rows: int, cols: int, arrays: int) -> float:
+    """An analytic estimate of a GEMM on `arrays` rows x cols systolic arrays at full use:
+    M*N*K multiply-adds, rows*cols per array per cycle, plus one fill and drain (rows + cols)."""
+    return m * n * k / (rows * cols * arrays) + rows + cols
+
+
+def cross_model(figures: TOGSimFigures, compute_estimate: float, peak_bytes_per_cycle: float,
+                factor: float = CROSS_MODEL_FACTOR) -> Verdict:
+    """TOGSim's cycles within `factor` either way of a roofline estimate: the larger of the
+    analytic compute estimate and the run's DRAM bytes at the peak (a GEMM too small to fill
+    the arrays waits on memory, which the compute estimate alone cannot say)."""
+    memory = figures.dram_bytes() / peak_bytes_per_cycle
+    estimate = max(compute_estimate, memory)
+    ratio = _ratio(figures.total_cycles, estimate)
+    return _verdict("cross_model", 1 / factor <= ratio <= factor,
+                    f"TOGSim took {ratio:.2f}x the cycles of the systolic-array estimate "
+                    f"({figures.total_cycles} vs {estimate:.0f}), outside 1/{factor:g}..{factor:g}",
+                    cycles=figures.total_cycles, compute_estimate=compute_estimate, memory_estimate=memory,
+                    ratio=ratio, factor=factor)
 
 
 # -- metamorphic ---------------------------------------------------------------------------
@@ -125,14 +157,29 @@ def tiling(coarse: TOGSimFigures, fine: TOGSimFigures, factor: float = TILING_FA
                     coarse_cycles=coarse.total_cycles, fine_cycles=fine.total_cycles, ratio=ratio, factor=factor)
 
 
-def more_cores(fewer: TOGSimFigures, more: TOGSimFigures, slack: float = MORE_CORES_SLACK) -> Verdict:
-    """The same TOG on more cores takes at most `slack` times the cycles it took on fewer."""
+def more_cores(fewer: TOGSimFigures, more: TOGSimFigures, slack: float = MORE_CORES_SLACK,
+               contention_cycles: float = 0.0) -> Verdict:
+    """The same TOG on more cores takes at most `slack` times the cycles it took on fewer, plus
+    `contention_cycles` (`dram_contention_cycles`): cores share DRAM, so a tile that ran alone
+    on fewer cores may now wait behind the other cores' requests, a cost no factor covers when
+    the run is short."""
     ratio = _ratio(more.total_cycles, fewer.total_cycles)
-    return _verdict("more_cores", ratio <= slack,
+    allowed = slack * fewer.total_cycles + contention_cycles
+    return _verdict("more_cores", more.total_cycles <= allowed,
                     f"{len(more.cores)} cores took {ratio:.2f}x the cycles of {len(fewer.cores)} "
-                    f"({more.total_cycles} vs {fewer.total_cycles}), more than the {slack:g}x allowed",
+                    f"({more.total_cycles} vs {fewer.total_cycles}), more than the {slack:g}x + "
+                    f"{contention_cycles:.0f} cycles of DRAM contention allowed",
                     fewer_cores=len(fewer.cores), more_cores=len(more.cores),
-                    fewer_cycles=fewer.total_cycles, more_cycles=more.total_cycles, ratio=ratio, slack=slack)
+                    fewer_cycles=fewer.total_cycles, more_cycles=more.total_cycles, ratio=ratio, slack=slack,
+                    contention_cycles=contention_cycles, allowed_cycles=allowed)
+
+
+def dram_contention_cycles(tile_dram_bytes: float, cores: int, peak_bytes_per_cycle: float,
+                           round_trip_cycles: float) -> float:
+    """The delay shared DRAM may add to a run on `cores` cores without any defect: one tile's
+    traffic from every core queued at once ahead of the last request (served at the peak),
+    plus one request's round trip."""
+    return cores * tile_dram_bytes / peak_bytes_per_cycle + round_trip_cycles
 
 
 def _ratio(value: float, reference: float) -> float:

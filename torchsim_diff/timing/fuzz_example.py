@@ -38,14 +38,23 @@ def examine(install: TOGSimInstall, tiling, hardware: HardwareConfig, timeout_s:
 def _variants(tiling, hardware: HardwareConfig) -> list:
     """(name, (tiling, hardware), comparison of base figures with the variant's)."""
     more_rows = _with_rows(tiling, 2 * _rows(tiling))
+    more_cores = dataclasses.replace(hardware, num_cores=2 * hardware.num_cores)
     found = [("determinism", (tiling, hardware), checks.determinism),
              ("more_work", (more_rows, hardware), checks.more_work),
-             ("more_cores", (tiling, dataclasses.replace(hardware, num_cores=2 * hardware.num_cores)),
-              checks.more_cores)]
+             ("more_cores", (tiling, more_cores), lambda fewer, more: _more_cores(fewer, more, tiling, more_cores))]
     finer = _finer(tiling)
     if finer is not None:
         found.append(("tiling", (finer, hardware), checks.tiling))
     return found
+
+
+def _more_cores(fewer, more, tiling, hardware: HardwareConfig) -> checks.Verdict:
+    """more_cores with the DRAM contention `hardware` (the config with more cores) allows."""
+    tile_bytes = fewer.dram_bytes() / build(tiling).outer_tiles()
+    contention = checks.dram_contention_cycles(tile_bytes, hardware.num_cores,
+                                               hardware.peak_dram_bytes_per_core_cycle(),
+                                               hardware.round_trip_cycles())
+    return checks.more_cores(fewer, more, contention_cycles=contention)
 
 
 def _run(install, tiling, hardware, timeout_s) -> RunResult:

@@ -76,6 +76,19 @@ def find_togsim(binary: str | None = None, config: str | None = None,
     return TOGSimInstall(os.path.abspath(binary), config and os.path.abspath(config))
 
 
+def availability(environ: dict | None = None) -> tuple:
+    """(available, one line): the binary and version-free facts, or why TOGSim cannot run here."""
+    install = find_togsim(environ=environ)
+    if isinstance(install, Unavailable):
+        return False, install.reason
+    try:
+        import onnx  # noqa: F401 - the TOG writer's one dependency
+    except ImportError:
+        return False, "the onnx package is missing: pip install 'torchsim-diff[togsim]'"
+    config = f"config {install.config}" if install.config else "simple DRAM config per run"
+    return True, f"{install.binary}, {config}"
+
+
 def command_for(install: TOGSimInstall, onnx_path: str, attr_path: str, config_path: str) -> list:
     return [install.binary, "--config", config_path, "--models_list", onnx_path, "--attributes_list", attr_path]
 

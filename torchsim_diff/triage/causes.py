@@ -18,6 +18,7 @@ import dataclasses
 import os
 
 from torchsim_diff import files
+from torchsim_diff.timing.known_defects import is_defect_folder
 from torchsim_diff.triage.corpus import CAUSE_FILE, KNOWN, CorruptEntry, iter_entries
 
 STATUSES = ("new", "reported", "fixed")
@@ -114,6 +115,8 @@ def read_causes(known: str) -> tuple:
                 causes.append(read_cause(path))
             except CorruptEntry as exc:
                 problems.append(str(exc))
+        elif is_defect_folder(path):    # a known TOGSim defect (timing.known_defects)
+            continue
         elif name.endswith(".json") or os.path.isdir(path):
             problems.append(f"{path}: not in a cause folder (corpora/known/<cause>/{CAUSE_FILE})")
     return causes, problems

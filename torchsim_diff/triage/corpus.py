@@ -28,6 +28,7 @@ from torchsim_diff import files
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
 from torchsim_diff.results.record import EntryFields
+from torchsim_diff.timing.known_defects import is_defect_folder
 from torchsim_diff.triage.signatures import bucket_of, on_route
 
 SEED, KNOWN = "seed", "known"
@@ -107,7 +108,10 @@ def _json_files(paths) -> list:
     files = []
     for path in paths:
         if os.path.isdir(path):
-            for root, _dirs, names in os.walk(path):
+            for root, dirs, names in os.walk(path):
+                if is_defect_folder(root):   # a known TOGSim defect: a TOG, no case
+                    dirs[:] = []
+                    continue
                 files += [os.path.join(root, n) for n in names if n.endswith(".json") and n != CAUSE_FILE]
         elif path.endswith(".json"):
             files.append(path)

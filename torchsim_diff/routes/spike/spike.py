@@ -7,7 +7,9 @@ static buffer per input and result, and link it bare-metal with picolibc and the
 in `runtime/`. Per input values (call): write in.bin, run Spike, read out.bin. The cost
 metric is the kernel's instructions retired (minstret around the call).
 
-Route options (constructor or ctx.options; ctx wins): isa ("rv64gcv"), vlen (128..1024, a
+Route options (constructor or ctx.options; ctx wins): isa ("rv64gcv_zfh_zfbfmin": RVV with
+half-precision conversions in hardware, as `triton-spike` has; on an ISA without them, half
+types are `unsupported`, since the bare-metal libgcc lacks the soft conversions), vlen (128..1024, a
 power of two; Spike's default 128 when absent), max_instructions (Spike's --instructions
 budget; exhausting it is a `timeout`), timeout_s (wall clock per Spike run).
 """
@@ -59,7 +61,7 @@ C_TYPES = {torch.float32: "float", torch.float64: "double", torch.float16: "uint
 class SpikeOptions:
     """Validated route options (see the module docstring)."""
 
-    isa: str = "rv64gcv"
+    isa: str = "rv64gcv_zfh_zfbfmin"
     vlen: int | None = None
     max_instructions: int | None = 2_000_000_000
     timeout_s: float = SPIKE_TIMEOUT_S
@@ -381,7 +383,7 @@ class SpikeCompiled(Compiled):
 
 class SpikeRoute(Route):
     name = "spike"
-    description = ("torch-mlir linalg -> LLVM IR -> clang-19 rv64gcv (RVV, -O3) -> bare-metal ELF "
+    description = ("torch-mlir linalg -> LLVM IR -> clang-19 rv64gcv_zfh_zfbfmin (RVV, -O3) -> bare-metal ELF "
                    "(picolibc + HTIF) -> Spike; cost = kernel instructions retired")
     boundary = ("inputs copied to contiguous buffers and passed to the ELF as a file (strided access "
                 "inside the graph comes from view ops); mutated inputs written back into the caller's views")

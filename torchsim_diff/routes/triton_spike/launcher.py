@@ -138,6 +138,7 @@ class SpikeLauncher:
         self.reused = 0
         self.spike_launches = 0   # this case's launches that ran on Spike, compiling run included
         self._unbuildable: dict = {}
+        self._last_log = ""
 
     def configure(self, tools: Tools, options: SpikeOptions, workdir: str) -> "SpikeLauncher":
         self.tools, self.options, self.workdir = tools, options, workdir
@@ -188,6 +189,7 @@ class SpikeLauncher:
                                f"compiled entry {build.n_pointers} and {build.n_scalars}")
         launch.record_extra = {"bit_exact_with": ["interpreter"] if build.bit_exact else []}
         output = self._run(build, plan, self.storage_contents(launch, plan))
+        launch.record_extra["spike_instret"] = _instret(self._last_log)   # the grid walk's, for TOGs
         self._write_back(plan, output)
         self.spike_launches += 1
 
@@ -243,6 +245,7 @@ class SpikeLauncher:
             _write(self.ctx.artifact(f"triton-spike/{os.path.basename(build.folder)}/spike.log"),
                    log[-LOG_TAIL_CHARS:])
         classify_run(run, sum(s.numel() for s in plan.storages))
+        self._last_log = run.log
         self._record(run.log)
         return run.output
 
@@ -282,11 +285,11 @@ class SpikeLauncher:
     def _record(self, log: str) -> None:
         if self.ctx is None:
             return
-        retired = re.search(r"TORCHSIM instret=(\d+)", log)
-        if retired:
+        retired = _instret(log)
+        if retired is not None:
             # cost stays absent for a case that launched no kernel: nothing of it ran on Spike
-            self.ctx.metrics["cost"] = self.ctx.metrics.get("cost", 0) + int(retired.group(1))
-            self.ctx.metrics.setdefault("instret_per_launch", []).append(int(retired.group(1)))
+            self.ctx.metrics["cost"] = self.ctx.metrics.get("cost", 0) + retired
+            self.ctx.metrics.setdefault("instret_per_launch", []).append(retired)
         vlen = re.search(r"TORCHSIM vlen=(\d+)", log)
         if vlen:
             self.ctx.metrics["vlen"] = int(vlen.group(1))
@@ -504,3 +507,9 @@ def _read(path: str) -> str:
 def _write(path: str, text: str) -> None:
     with open(path, "w") as handle:
         handle.write(text)
+
+
+def _instret(log: str) -> int | None:
+    """Instructions the driver retired walking the grid (TORCHSIM instret=N), None if absent."""
+    retired = re.search(r"TORCHSIM instret=(\d+)", log)
+    return int(retired.group(1)) if retired else None

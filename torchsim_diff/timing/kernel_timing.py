@@ -1,0 +1,274 @@
+"""Timing checked on the routes' real kernels: a case's triton-spike launches through TOGSim.
+
+For a case, `time_case` runs it on route `triton-spike` in this process (its launches are
+captured with the instructions Spike retired for each, `kernel_togs`), writes each launch's TOG,
+runs TOGSim on it (twice, and once more on twice the cores) with a time limit, and applies every
+check that needs no second model (`checks`). Each kernel gives a `KernelTiming` row: cycles,
+cycles over the DRAM and compute bounds, unit utilisation, and the checks that failed, each a
+bucket with its reproducer (`togsim_buckets`) unless it is a known TOGSim defect.
+
+    python -m torchsim_diff.timing.kernel_timing CASE.json [--out DIR] [--timeout S]
+
+Exit status: 0 every check passed or failed as a known defect, 1 a new failure, 2 bad input or
+TOGSim unavailable (one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+
+from torchsim_diff.timing import checks
+from torchsim_diff.timing.hw_config import HardwareConfig
+from torchsim_diff.timing.kernel_togs import NotTimed, launch_tog
+from torchsim_diff.timing.known_defects import known_defects
+from torchsim_diff.timing.tog import TOG, validate
+from torchsim_diff.timing.togsim_buckets import NOT_RUN, write_bucket
+from torchsim_diff.timing.togsim_runner import (DEFAULT_TIMEOUT_S, Outcome, RunResult, TOGSimInstall,
+                                                Unavailable, find_togsim, simulate)
+
+ROUTE = "triton-spike"
+TIMING_KEYS = ("case_id", "kernel", "programs", "instret", "outcome", "verdicts")
+TIMING_FILE = "timing.jsonl"     # one KernelTiming row a line; `torchsim-diff table --tables timing` reads it
+
+
+@dataclasses.dataclass
+class KernelTiming:
+    """One kernel launch's timing on TOGSim and the verdicts of the checks on it."""
+    case_id: str
+    kernel: str
+    programs: int
+    instret: int
+    outcome: str
+    seconds: float
+    cycles: int | None = None
+    dram_ratio: float | None = None       # cycles / DRAM bound (>= 1 when the bound holds)
+    compute_ratio: float | None = None    # cycles / compute bound
+    vector_utilisation: float | None = None
+    dma_utilisation: float | None = None
+    verdicts: list = dataclasses.field(default_factory=list)   # (check, passed, bucket, known)
+
+    def row(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    install: TOGSimInstall
+    hardware: HardwareConfig
+    out: str                      # buckets/ and runs/ go here
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    known: dict = dataclasses.field(default_factory=dict)
+
+
+# -- the route's launches ------------------------------------------------------------------
+def captured_launches(kernels_folder: str) -> list:
+    """(name, launch.json dict) of a capture folder, in launch order."""
+    index = os.path.join(kernels_folder, "index.json")
+    if not os.path.isfile(index):
+        return []
+    with open(index) as handle:
+        names = json.load(handle)["launches"]
+    found = []
+    for name in names:
+        with open(os.path.join(kernels_folder, name, "launch.json")) as handle:
+            found.append((name, json.load(handle)))
+    return found
+
+
+@contextlib.contextmanager
+def route_server():
+    """The triton-spike route, warm, in this process (as its worker would run it), shut down on
+    leaving; RouteUnavailable says why it cannot run here."""
+    from torchsim_diff.worker.server import WorkerServer
+    server = WorkerServer(ROUTE, {})
+    if not server.ok:
+        raise RouteUnavailable(f"route {ROUTE} unavailable: {server.reason}")
+    try:
+        yield server
+    finally:
+        server.on_shutdown({})
+
+
+class RouteUnavailable(RuntimeError):
+    pass
+
+
+def run_on_route(case, artifact_dir: str, server) -> dict:
+    """Run `case` on the route; its reply (ok, kind, message, metrics)."""
+    return server.on_run({"case": case.to_dict(), "program": case.program_source(), "artifact_dir": artifact_dir})
+
+
+# -- one kernel ----------------------------------------------------------------------------
+def time_launch(case_id: str, name: str, launch: dict, settings: Settings) -> KernelTiming:
+    """TOGSim's timing of one captured launch and every check's verdict on it."""
+    tog = validate(launch_tog(launch))
+    programs = tog.outer_tiles()
+    folder = _fresh(os.path.join(settings.out, "runs", case_id, name))
+    base = simulate(settings.install, tog, settings.hardware, folder, settings.timeout_s)
+    timing = KernelTiming(case_id, name, programs, launch["spike_instret"], base.outcome.value, base.seconds)
+    if base.outcome is not Outcome.OK:
+        verdict = checks.Verdict("run", False, f"{base.outcome.value}: {base.message}", {"outcome": base.outcome.value})
+        _judge(timing, [verdict], base, settings)
+        return timing
+    _fill_figures(timing, tog, base, settings.hardware)
+    _judge(timing, kernel_verdicts(tog, base, settings, folder), base, settings)
+    return timing
+
+
+def kernel_verdicts(tog: TOG, base: RunResult, settings: Settings, folder: str) -> list:
+    hardware, figures = settings.hardware, base.figures
+    verdicts = [checks.dram_bound(figures, hardware.peak_dram_bytes_per_core_cycle()),
+                checks.compute_bound(figures, tog, hardware.systolic_arrays_per_core),
+                checks.units_busy(figures), checks.units_accounted(figures)]
+    again = simulate(settings.install, tog, hardware, _fresh(folder + ".again"), settings.timeout_s)
+    if again.outcome is Outcome.OK:
+        verdicts.append(checks.determinism(figures, again.figures))
+    more = dataclasses.replace(hardware, num_cores=2 * hardware.num_cores)
+    wider = simulate(settings.install, tog, more, _fresh(folder + ".cores"), settings.timeout_s)
+    if wider.outcome is Outcome.OK:
+        contention = checks.dram_contention_cycles(figures.dram_bytes() / tog.outer_tiles(), more.num_cores,
+                                                   more.peak_dram_bytes_per_core_cycle(), more.round_trip_cycles())
+        verdicts.append(checks.more_cores(figures, wider.figures, contention_cycles=contention))
+    return verdicts
+
+
+def _fill_figures(timing: KernelTiming, tog: TOG, run: RunResult, hardware: HardwareConfig) -> None:
+    figures = run.figures
+    dram = checks.dram_bound(figures, hardware.peak_dram_bytes_per_core_cycle())
+    compute = checks.compute_bound(figures, tog, hardware.systolic_arrays_per_core)
+    core_cycles = sum(core.cycles for core in figures.cores) or 1
+    timing.cycles = figures.total_cycles
+    timing.dram_ratio = round(dram.figures["ratio"], 3)
+    timing.compute_ratio = round(compute.figures["ratio"], 3)
+    timing.vector_utilisation = round(sum(c.vector.active for c in figures.cores) / core_cycles, 3)
+    timing.dma_utilisation = round(sum(c.dma.active for c in figures.cores) / core_cycles, 3)
+
+
+def _judge(timing: KernelTiming, verdicts: list, run: RunResult, settings: Settings) -> None:
+    for verdict in verdicts:
+        bucket = None
+        if not verdict.passed:
+            outcome = verdict.figures.get("outcome", NOT_RUN)
+            bucket = write_bucket(os.path.join(settings.out, "buckets"), verdict, run.folder, run.command,
+                                  outcome, settings.known)
+        timing.verdicts.append({"check": verdict.check, "passed": verdict.passed,
+                                "bucket": bucket.name if bucket else None,
+                                "known": bucket.known if bucket else None, "message": verdict.message})
+
+
+def _fresh(folder: str) -> str:
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+# -- one case ------------------------------------------------------------------------------
+def time_case(case, settings: Settings, server) -> tuple:
+    """(route reply, [KernelTiming], [(launch name, why not timed)]) of one case."""
+    artifacts = os.path.join(settings.out, "artifacts", case.case_id)
+    reply = run_on_route(case, artifacts, server)
+    timings, skipped = [], []
+    for name, launch in captured_launches(os.path.join(artifacts, "kernels")):
+        try:
+            timings.append(time_launch(case.case_id, name, launch, settings))
+        except NotTimed as why:
+            skipped.append((name, str(why)))
+    return reply, timings, skipped
+
+
+def new_failures(timings: list) -> list:
+    return [verdict for t in timings for verdict in t.verdicts if not verdict["passed"] and not verdict["known"]]
+
+
+# -- timing.jsonl --------------------------------------------------------------------------
+def write_timings(folder: str, timings: list) -> str:
+    """Append the rows to `folder`/timing.jsonl."""
+    path = os.path.join(folder, TIMING_FILE)
+    with open(path, "a") as handle:
+        for timing in timings:
+            handle.write(json.dumps(timing.row(), default=str) + "\n")
+    return path
+
+
+def read_timings(dirs: list) -> tuple:
+    """(kernel rows of every timing.jsonl under `dirs`, "" or one line naming what is wrong)."""
+    paths = sorted(os.path.join(root, name) for folder in dirs for root, _dirs, names in os.walk(folder)
+                   for name in names if name == TIMING_FILE)
+    if not paths:
+        return [], f"no {TIMING_FILE} under {', '.join(dirs)}"
+    rows = []
+    for path in paths:
+        with open(path) as handle:
+            for number, line in enumerate(handle, 1):
+                try:
+                    rows.append(_timing_row(json.loads(line)))
+                except (ValueError, KeyError, TypeError):
+                    return rows, f"{path}:{number}: not a kernel timing row"
+    return rows, ""
+
+
+def _timing_row(row) -> dict:
+    if not isinstance(row, dict) or any(key not in row for key in TIMING_KEYS):
+        raise ValueError("not a kernel timing row")
+    return row
+
+
+# -- command line --------------------------------------------------------------------------
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="time a case's triton-spike kernels on TOGSim and check them")
+    parser.add_argument("case", help="a case JSON file (a corpus entry or a bare case)")
+    parser.add_argument("--out", help="folder for runs, buckets and timing.json (default: a temporary one)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per TOGSim run")
+    args = parser.parse_args(argv)
+    install = find_togsim()
+    if isinstance(install, Unavailable):
+        return _error(install.reason)
+    try:
+        case = read_case(args.case)
+    except ValueError as bad:
+        return _error(str(bad))
+    out = args.out or tempfile.mkdtemp(prefix="togsim-kernels-")
+    from torchsim_diff.triage.known_ledger import default_ledger
+    settings = Settings(install, hardware_of(install), out, args.timeout, known_defects(default_ledger()))
+    try:
+        with route_server() as server:
+            reply, timings, skipped = time_case(case, settings, server)
+    except RouteUnavailable as why:
+        return _error(str(why))
+    write_timings(out, timings)
+    print(f"route {ROUTE}: " + ("ok" if reply.get("ok") else f"{reply.get('kind')}: {str(reply.get('message'))[:160]}"))
+    from torchsim_diff.report.tables import timing_table
+    print(timing_table([t.row() for t in timings], "md"))
+    for name, why in skipped:
+        print(f"not timed: {name}: {why}")
+    print(f"runs, buckets and {TIMING_FILE} in {out}")
+    return 1 if new_failures(timings) else 0
+
+
+def read_case(path: str):
+    """The case of a case file; ValueError with one line when it is not one."""
+    from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+    try:
+        return read_entry(path).case           # a bare case or a corpus entry, validated
+    except CorruptEntry as error:
+        raise ValueError(str(error)) from None
+
+
+def hardware_of(install: TOGSimInstall) -> HardwareConfig:
+    if install.config is None:
+        return HardwareConfig()
+    with open(install.config) as handle:
+        return HardwareConfig.from_json(json.load(handle))
+
+
+def _error(message: str) -> int:
+    print(f"togsim: {message}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
