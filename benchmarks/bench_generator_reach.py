@@ -1,6 +1,7 @@
 """Generator reach without running a route: the cases `torchsim-diff fuzz --seed S
 --max-examples N --dtype D` draws (the same strategy, seed and de-duplication), and what they
-cover: nodes per op (min/median/max, Gini, ops never drawn), the value-tail and size-tail
+cover: nodes per op (min/median/max, Gini, ops never drawn), distinct nodes per op (cases
+sharing a prefix repeat a node whole), the share of cases holding special values, the value-tail and size-tail
 shares, the share with a second size (dynamic shapes), the share dynamic=mixed compiles
 dynamically, the drawing time per case, the operand forms of binary pointwise nodes (same
 shape, broadcasting, 0-d, a Python number or another dtype, on either side), the value classes
@@ -10,6 +11,7 @@ of fresh float inputs and the share of cases holding each view class.
 """
 import argparse
 import collections
+import json
 import statistics
 import time
 
@@ -17,6 +19,7 @@ import torch
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from torchsim_diff.case import layout
+from torchsim_diff.case.values import SPECIAL_TAIL
 from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.ops import get_op
 from torchsim_diff.ops.pointwise import OPERAND_FORMS
@@ -56,11 +59,34 @@ def report(dtype: str, drawn: list, seconds: float) -> None:
     print(f"{dtype}: {len(drawn)} cases, {sum(per_op)} nodes, {len(supported)} ops; nodes per op "
           f"min/median/max {per_op[0]}/{statistics.median(per_op):g}/{per_op[-1]}, Gini {gini(per_op):.3f}, "
           f"never drawn: {[n for n in supported if not counts[n]] or 'none'}")
+    distinct = sorted(len(nodes) for nodes in distinct_nodes(drawn).values())
+    print(f"  distinct nodes {sum(distinct)} of {sum(per_op)}; distinct nodes per drawn op min/median/max "
+          f"{distinct[0]}/{statistics.median(distinct):g}/{distinct[-1]}; cases with special values "
+          f"{share(drawn, holds_specials):.1f}%")
     print(f"  value tail {share(drawn, lambda c: tails(c) - {'odd_sizes'}):.1f}%, "
           f"size tail {share(drawn, lambda c: 'odd_sizes' in tails(c)):.1f}%, "
           f"second size {share(drawn, lambda c: second_size.resized(c) is not None):.1f}%, "
           f"dynamic under dynamic=mixed {share(drawn, lambda c: dynamic_for({'dynamic': 'mixed'}, c.to_dict())):.1f}%, "
           f"{1000 * seconds / max(len(drawn), 1):.1f} ms to draw a case")
+
+
+def distinct_nodes(drawn: list) -> dict:
+    """op -> its distinct nodes: each written out whole, down to the inputs it reads
+    (shape, dtype, value domain, layout classes), values' seed left out."""
+    found = collections.defaultdict(set)
+    for case in drawn:
+        written = {s["name"]: json.dumps([s["shape"], s["dtype"], s["domain"], s["layout"]["classes"]], sort_keys=True)
+                   for s in case.inputs}
+        for node in case.nodes:
+            written[node["id"]] = (f'{node["op"]}({",".join(written[a] for a in node["args"])};'
+                                   f'{json.dumps(node["attrs"], sort_keys=True)})')
+            found[node["op"]].add(written[node["id"]])
+    return found
+
+
+def holds_specials(case) -> bool:
+    """Special values in the case: all its float inputs (`special`) or some (their value class)."""
+    return bool(case.values.get("special")) or any(s["domain"].get("tail") == SPECIAL_TAIL for s in case.inputs)
 
 
 def node_tensors(case) -> dict:

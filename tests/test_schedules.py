@@ -106,7 +106,7 @@ def test_an_ops_own_draws_are_scheduled_by_their_line_and_an_operands_by_its_val
     b = GraphBuilder(draw, dtype="float32", max_numel=64, layout_classes=("contiguous",),
                      arguments=ArgumentSchedule(), history=history)
     b.add_node(spec)
-    assert [slot for slot, _option in b.choices] == ["probe:real values",
+    assert [slot for slot, *_option in b.choices] == ["probe:real values",
                                                      f"probe@test_schedules.py:{build.__code__.co_firstlineno + 2}"]
 
 
@@ -139,3 +139,31 @@ def test_view_ops_take_views_too_so_views_of_views_are_drawn():
         made_by = {node["id"]: node["op"] for node in case.nodes}
         return any(node["op"] in VIEW_OPS and made_by.get(node["args"][0]) in VIEW_OPS for node in case.nodes)
     assert sum(has_view_of_view(case) for case in first_cases(cases(), seed_value=5, count=150)) >= 3
+
+
+def test_a_choice_repeated_by_a_shared_prefix_counts_once_across_cases():
+    """Hypothesis draws runs of cases sharing a prefix; their common node is one node."""
+    schedule = ArgumentSchedule()
+    slot = "op@x.py:1"
+    first = schedule.choose(slot, "prefix", [1, 2, 3])
+    for seed in range(3):
+        schedule.record(one_node_case("op", {}, seed), [(slot, first, "prefix")])
+    assert schedule.counts[(slot, repr(first))] == 1
+    assert schedule.choose(slot, "another prefix", [1, 2, 3]) != first
+
+
+def test_an_op_with_unmet_options_gets_more_nodes_until_it_has_met_them():
+    from torchsim_diff.generate.schedules import CoverageSchedule
+    from torchsim_diff.ops import get_op
+    forms = ["same shape", "right 0-d", "left broadcasts", "left 0-d"]
+    arguments = ArgumentSchedule()
+    arguments.offer("div@x.py:1", forms)
+    schedule = CoverageSchedule([get_op("div"), get_op("relu")], arguments)
+    picked = collections.Counter()
+    for i in range(30):
+        op = schedule.op_for(f"ticket {i}").name
+        schedule.counts[op] += 1
+        picked[op] += 1
+    assert picked["div"] >= 1.5 * picked["relu"] > 0
+    arguments.record(one_node_case("div", {}, 0), [("div@x.py:1", form, form) for form in forms])
+    assert arguments.unmet("div") == 0 and schedule._weight(get_op("div")) == 1.0

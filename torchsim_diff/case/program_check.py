@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import functools
 import itertools
+import threading
 
 RESULT = "program"
 # Names a program may read that it does not define: the module and the one builtin the
@@ -103,9 +104,16 @@ def _text(text) -> str:
     return text
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth in per-interpreter state (see
+# gh-106905): two threads parsing at once (a campaign draws its next case on one while the
+# other checks a program) ended a drawing in "SystemError: AST constructor recursion depth mismatch".
+_PARSING = threading.Lock()
+
+
 def _parse(text: str, mode: str) -> ast.AST:
     try:
-        return ast.parse(text, mode=mode)
+        with _PARSING:
+            return ast.parse(text, mode=mode)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         raise ProgramRejected(f"program text does not parse: {type(exc).__name__}") from None
 

@@ -33,7 +33,11 @@ TAIL_DOMAINS = {
     "signed_zero": {"real", "small"},
     "ties": {"real", "positive", "nonzero", "small"},
     "cancellation": {"real"},
+    "special": {"real", "positive", "nonzero", "small"},
 }
+# The tail of special values (NaN, +-Inf, -0.0, subnormals, huge magnitudes) in one input: the
+# one tail that leaves every domain, as the case-wide `special` switch does for all inputs.
+SPECIAL_TAIL = "special"
 
 
 def stream_seed(seed: int, position: int) -> int:
@@ -65,7 +69,7 @@ def _floats(kind, shape, dtype, gen, special, tail=None):
     if tail:
         x = _tail(tail, kind, x, dtype, gen)
     if special:
-        x = _sprinkle_specials(x, dtype, gen)
+        x = _sprinkle_specials(x, torch.finfo(dtype), gen)
     return x.to(dtype)
 
 
@@ -119,17 +123,25 @@ def _cancellation(x, kind, info, gen):
     return x + big * _signs(x, kind, gen)
 
 
+def _special(x, kind, info, gen):
+    """Special values in TAIL_SHARE of the elements, and in one at least."""
+    return _sprinkle_specials(x, info, gen, TAIL_SHARE, at_least_one=True)
+
+
 _TAILS = {"near_overflow": _near_overflow, "denormal": _denormal, "signed_zero": _signed_zero,
-          "ties": _ties, "cancellation": _cancellation}
+          "ties": _ties, "cancellation": _cancellation, SPECIAL_TAIL: _special}
 
 
-def _sprinkle_specials(x: torch.Tensor, dtype: torch.dtype, gen) -> torch.Tensor:
-    info = torch.finfo(dtype)
+def _sprinkle_specials(x: torch.Tensor, info, gen, share: float = SPECIAL_SHARE,
+                       at_least_one: bool = False) -> torch.Tensor:
     specials = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0,
                              info.smallest_normal / 4, info.max / 4, -info.max / 4],
                             dtype=torch.float64)
     pick = torch.randint(0, len(specials), x.shape, generator=gen)
-    where = torch.rand(x.shape, generator=gen, dtype=torch.float64) < SPECIAL_SHARE
+    chance = torch.rand(x.shape, generator=gen, dtype=torch.float64)
+    where = chance < share
+    if at_least_one and x.numel():
+        where = where | (chance == chance.min())
     return torch.where(where, specials[pick], x)
 
 

@@ -17,6 +17,7 @@ twice.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 
 from torchsim_diff.case import layout
 from torchsim_diff.case.graph import SCHEMA, Case
-from torchsim_diff.case.values import TAIL_DOMAINS
+from torchsim_diff.case.values import SPECIAL_TAIL, TAIL_DOMAINS
 from torchsim_diff.ops import FAMILIES, all_ops, ops_in
 from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.generate.schedules import ArgumentSchedule, CoverageSchedule
@@ -41,6 +42,8 @@ ODD_SIZES = (9, 17, 23, 33, 47, 65, 129)
 MAX_NUMEL = 4096
 SPECIAL_SLOT = "case:special values"     # the ArgumentSchedule's slot for the per-case switch
 VALUE_TAILS = tuple(TAIL_DOMAINS)
+# A case-wide value tail is never the special one: the `special` switch covers whole cases.
+CASE_TAILS = tuple(t for t in VALUE_TAILS if t != SPECIAL_TAIL)
 # An op's fresh float inputs take a value class: ordinary values or a value tail. Ordinary
 # weighs ORDINARY_WEIGHT tails in the schedule: an op's first draw is ordinary, its next
 # ones go round the tails.
@@ -68,8 +71,9 @@ class InvalidArgument(TypeError):
 # Ops whose meta kernel lays out its result otherwise than eager on CPU (torch 2.13): float
 # floor_divide of a channels-last operand broadcast against another is contiguous on meta,
 # channels-last in eager, so `.view` of what follows raises in eager. Found by the
-# false-positive benchmark (seed 2); tests/test_strategies.py checks the list is still needed.
-META_STRIDES_DIFFER = frozenset({"floor_divide"})
+# false-positive benchmark (seed 2); group_norm of a channels-last input likewise (eager
+# self-check, 2000 cases). tests/test_strategies.py checks the list is still needed.
+META_STRIDES_DIFFER = frozenset({"floor_divide", "group_norm"})
 
 
 @dataclasses.dataclass
@@ -106,10 +110,13 @@ class GraphBuilder:
     schedule's counts."""
 
     SCHEDULED_INT_RANGE = 32     # draw_int over more values than this stays Hypothesis's
+    INT_RANGE_GOAL = 3           # distinct values a scheduled draw_int needs to meet (the argument census's goal)
 
     def __init__(self, draw, *, dtype: str, max_numel: int, layout_classes, value_tail=None,
-                 odd_sizes: bool = False, arguments: ArgumentSchedule | None = None, history: list | None = None):
+                 odd_sizes: bool = False, arguments: ArgumentSchedule | None = None, history: list | None = None,
+                 special_class: bool = True):
         self.draw, self.dtype, self.max_numel = draw, dtype, max_numel
+        self.special_class = special_class
         self.layout_classes = layout_classes
         self.value_tail, self.odd_sizes = value_tail, odd_sizes
         self.arguments, self.history = arguments, history
@@ -131,7 +138,7 @@ class GraphBuilder:
     def draw_int(self, lo: int, hi: int) -> int:
         hi = max(lo, hi)
         if self._scheduling() and hi - lo < self.SCHEDULED_INT_RANGE:
-            return self._scheduled(list(range(lo, hi + 1)))
+            return self._scheduled(list(range(lo, hi + 1)), goal=self.INT_RANGE_GOAL)
         return self.draw(st.integers(lo, hi))
 
     def draw_choice(self, options):
@@ -142,18 +149,21 @@ class GraphBuilder:
     def _scheduling(self) -> bool:
         return self.arguments is not None and self._op is not None and self._depth == 0
 
-    def _scheduled(self, options: list, weights=None):
+    def _scheduled(self, options: list, weights=None, goal: int | None = None):
         """The schedule's pick among `options` (those of positive weight) for this op's next slot."""
         caller = sys._getframe(2)         # the line of the op's build (or builder helper) that chose
         return self._choose(f"{self._op}@{os.path.basename(caller.f_code.co_filename)}:{caller.f_lineno}",
-                            options, weights)
+                            options, weights, goal)
 
-    def _choose(self, slot: str, options: list, weights=None):
+    def _choose(self, slot: str, options: list, weights=None, goal: int | None = None):
         if weights is not None:
             options, weights = zip(*[(o, w) for o, w in zip(options, weights) if w > 0])
-        self.draw(st.integers(0, 2**32 - 1))         # the choice's own ticket, part of the key
-        option = self.arguments.choose(slot, f"{slot}|{self.history!r}", options, weights)
-        self.choices.append((slot, option))
+        # No draw of its own: Hypothesis caps its early cases at five times the choices of
+        # the simplest one, and a ticket per choice made most cases of several nodes overrun.
+        key = f"{slot}|{len(self.choices)}|{self.history!r}"
+        pending = collections.Counter((c[0], repr(c[1])) for c in self.choices if c[0] == slot)
+        option = self.arguments.choose(slot, key, options, weights, pending, goal)
+        self.choices.append((slot, option, key))
         return option
 
     def fits(self, numel: int) -> bool:
@@ -239,10 +249,19 @@ class GraphBuilder:
         """An existing value in `domain` and rank range, or a new input."""
         if exact_rank is not None:
             min_rank = max_rank = exact_rank
+        self._offer_value_classes(domain)
         found = self._candidates(domain, lambda m: min_rank <= m.dim() <= max_rank)
-        if found and self.draw_bool(0.8):
+        if found and self._from_graph(domain):
             return self.draw_choice(found)
         return self.new_input(self.draw_shape(min_rank, max_rank), domain)
+
+    def _from_graph(self, domain: str) -> bool:
+        """Whether an operand comes from the graph (four times in five) or is a new input,
+        scheduled per op and domain where the op's value classes are: an op whose operands
+        always came from the graph would never meet a value class of its own."""
+        if not self._classes_scheduled(domain):
+            return self.draw_bool(0.8)
+        return self._choose(f"{self._op}:{domain} operand", ["graph", "new input"], [0.8, 0.2]) == "graph"
 
     def view_source(self, *, min_rank: int = 0, max_rank: int = 4) -> str:
         """The operand of a view op: half the time a value that is itself a view,
@@ -261,6 +280,7 @@ class GraphBuilder:
     @_operand
     def value_of_shape(self, shape, domain: str = "real") -> str:
         shape = list(shape)
+        self._offer_value_classes(domain)
         found = self._candidates(domain, lambda m: list(m.shape) == shape)
         if found and self.draw_bool(0.5):
             return self.draw_choice(found)
@@ -317,10 +337,24 @@ class GraphBuilder:
     def _value_class(self, kind: str) -> str:
         """Ordinary values or one of the value tails `kind` admits, scheduled per op and
         kind: every op meets every class its operands admit within a campaign."""
-        if self._op is None or self.arguments is None or self.dtype not in FLOAT_DTYPES:
+        if not self._classes_scheduled(kind):
             return ORDINARY
-        tails = [t for t in VALUE_TAILS if kind in TAIL_DOMAINS[t]]
-        return self._choose(f"{self._op}:{kind} values", [ORDINARY, *tails], [ORDINARY_WEIGHT] + [1.0] * len(tails))
+        classes = self._value_classes(kind)
+        return self._choose(f"{self._op}:{kind} values", classes, [ORDINARY_WEIGHT] + [1.0] * (len(classes) - 1))
+
+    def _offer_value_classes(self, kind: str) -> None:
+        """Make the op's value classes for `kind` known to the schedule, met or not: an op
+        whose operands came from the graph, or from a case-wide tail, has met none of them."""
+        if self._classes_scheduled(kind):
+            self.arguments.offer(f"{self._op}:{kind} values", self._value_classes(kind))
+
+    def _classes_scheduled(self, kind: str) -> bool:
+        return (self._op is not None and self.arguments is not None and self.dtype in FLOAT_DTYPES
+                and kind in TAILED_KINDS)
+
+    def _value_classes(self, kind: str) -> list:
+        return [ORDINARY] + [t for t in VALUE_TAILS
+                             if kind in TAIL_DOMAINS[t] and (t != SPECIAL_TAIL or self.special_class)]
 
     def mutable_target(self, *, min_rank: int = 0, prefer_view: bool = False):
         """(input name, view attrs or None, written shape) for an in-place write."""
@@ -532,8 +566,9 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
     except InvalidSwitch as exc:
         raise InvalidArgument(str(exc)) from None
     classes = tuple(layouts or layout.LAYOUT_CLASSES)
-    schedule, arguments = CoverageSchedule(chosen), ArgumentSchedule()
-    tails = VALUE_TAILS if dtype in FLOAT_DTYPES else ()
+    arguments = ArgumentSchedule()
+    schedule = CoverageSchedule(chosen, arguments)
+    tails = CASE_TAILS if dtype in FLOAT_DTYPES else ()
 
     @st.composite
     def _cases(draw_raw):
@@ -547,18 +582,21 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops
         seed = draw(st.integers(0, 2**31 - 1))
         value_tail, odd_sizes = switches(seed, tails)
         builder = GraphBuilder(draw, dtype=dtype, max_numel=max_numel, layout_classes=classes,
-                               value_tail=value_tail, odd_sizes=odd_sizes, arguments=arguments, history=drawn)
+                               value_tail=value_tail, odd_sizes=odd_sizes, arguments=arguments, history=drawn,
+                               special_class=specials != "off")
         # The largest of three draws: graphs of several nodes are common (every op needs its
         # share of nodes), and each draw still shrinks towards min_nodes.
         nodes = max(draw(st.integers(min_nodes, max_nodes)) for _ in range(3))
+        tickets = []
         for _ in range(nodes):
             draw(st.integers(0, 2**32 - 1))
-            builder.add_node(schedule.op_for(repr(drawn), builder.nodes))
+            tickets.append(repr(drawn))
+            builder.add_node(schedule.op_for(tickets[-1], builder.nodes))
         special = specials == "always" or (specials == "mix" and bool(tails) and arguments.choose(
             SPECIAL_SLOT, repr(drawn), [False, True], [100 - SPECIAL_PERCENT, SPECIAL_PERCENT]))
         builder.choices.append((SPECIAL_SLOT, special))
         case = builder.case(seed=seed, special=special)
-        schedule.record(case)
+        schedule.record(case, tickets)
         arguments.record(case, builder.choices)
         return case
 
