@@ -1,8 +1,9 @@
-"""Timing campaign over the routes' real kernels: cases through triton-spike, each launch's TOG
-through TOGSim and the timing checks (torchsim_diff.timing.kernel_timing).
+"""Timing campaign over the routes' real kernels: cases through triton-spike (each launch's TOG)
+or spike (each linalg op's TOG), through TOGSim and the timing checks
+(torchsim_diff.timing.kernel_timing).
 
     TORCHSIM_DIFF_TOGSIM=path/to/Simulator .venv/bin/python benchmarks/togsim_kernels.py \\
-        corpora/seed --out reports/togsim-kernels [--budget 1200]
+        corpora/seed --out reports/togsim-kernels [--route spike] [--budget 1200]
 
 Prints cases, kernels simulated, seconds per kernel (TOGSim runs of a kernel: base, again, more
 cores), each check's pass/fail counts, and every bucket with its key, known defect and
@@ -37,14 +38,14 @@ def case_files(paths: list) -> list:
     return found
 
 
-def campaign(files: list, settings: Settings, budget_s: float) -> dict:
+def campaign(files: list, settings: Settings, budget_s: float, route: str) -> dict:
     started, counts = time.monotonic(), collections.defaultdict(collections.Counter)
     buckets, cases, kernels, not_timed, togsim_s = {}, 0, 0, collections.Counter(), 0.0
-    with route_server() as server:
+    with route_server(route) as server:
         for path in files:
             if time.monotonic() - started > budget_s:
                 break
-            reply, timings, skipped = time_case(read_case(path), settings, server)
+            reply, timings, skipped = time_case(read_case(path), settings, server, route)
             write_timings(settings.out, timings)
             cases, kernels = cases + 1, kernels + len(timings)
             not_timed.update(why.split(": ", 1)[-1][:80] for _name, why in skipped)
@@ -81,6 +82,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--budget", type=float, default=float("inf"), help="seconds; no new case after it")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per TOGSim run")
+    parser.add_argument("--route", choices=("triton-spike", "spike"), default="triton-spike",
+                        help="whose kernels: triton-spike's launches or spike's linalg ops (default: triton-spike)")
     args = parser.parse_args(argv)
     install = find_togsim()
     if isinstance(install, Unavailable):
@@ -93,7 +96,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     settings = Settings(install, hardware_of(install), args.out, args.timeout, known_defects(default_ledger()))
     try:
-        summary = campaign(files, settings, args.budget)
+        summary = campaign(files, settings, args.budget, args.route)
     except (RouteUnavailable, ValueError) as why:
         print(f"togsim_kernels: {why}", file=sys.stderr)
         return 2

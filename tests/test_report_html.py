@@ -136,6 +136,20 @@ def test_record_text_is_escaped_everywhere(tmp_path):
             assert os.path.exists(target), href
 
 
+def test_togsim_timings_of_the_run_join_the_report_after_the_error_tolerances(tmp_path):
+    import json
+    run = tmp_path / "run"
+    plain = open(html_report.write_report(str(run), RECORDS), encoding="utf-8").read()
+    assert "Timing on TOGSim" not in plain
+    row = {"case_id": "a", "kernel": "triton_poi_fused_relu_0", "programs": 2, "instret": 1234, "outcome": "ok",
+           "cycles": 5678, "verdicts": [{"check": "units_accounted", "passed": False, "known": "a-known-defect"}]}
+    (run / "timing.jsonl").write_text(json.dumps(row) + "\n")
+    page = open(html_report.write_report(str(run), RECORDS), encoding="utf-8").read()
+    section = page[page.index("Error tolerance"):]
+    assert "Timing on TOGSim" in section and "triton_poi_fused_relu_0" in section and "5678" in section
+    assert "units_accounted (known)" in section
+
+
 def test_heatmaps_count_failures_and_link_cells_to_bucket_pages():
     section = "".join(html_report.heatmap_sections(RECORDS, {"b1": "buckets/b1.html", "b2": "buckets/b2.html"}))
     failures = ET.fromstring(re.search(r'<svg[^>]*id="heatmap-failures".*?</svg>', section).group(0))

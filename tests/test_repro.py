@@ -287,6 +287,19 @@ def test_record_without_case_or_route_is_refused(add_case, tmp_path):
         bundles.write_bundle(_record(add_case, route=None), str(tmp_path / "b"))
 
 
+@pytest.mark.parametrize("kind", ["invalid_case", "tool_error"])
+def test_a_failure_with_no_compiler_values_gets_a_bundle_without_running_eager_for_tolerances(
+        kind, add_case, tmp_path, monkeypatch):
+    """Eager rejecting the program (invalid_case) made the bundle writer run it for tolerances,
+    and the campaign ended in a traceback."""
+    def eager_rejects(*_args):
+        raise RuntimeError("view size is not compatible with input tensor's size and stride")
+    monkeypatch.setattr(plain_script, "tolerances", eager_rejects)
+    folder = bundles.write_bundle(_record(add_case, kind=kind, message="eager rejects the program"),
+                                  str(tmp_path / kind))
+    assert os.path.isfile(os.path.join(folder, "repro.py"))
+
+
 # -- adapter bugs: the kernel through triton-adapter-opt alone -----------------------------------
 ADAPTER_OUTCOMES = {  # a stand-in adapter's shell body -> repro.py's exit status and verdict
     "echo 'error: strides must not be zero' >&2; kill -ABRT $$": (1, "strides must not be zero"),

@@ -296,8 +296,10 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
     if record.kind == "timeout":
         body.insert(0, _WATCHDOG)
     kind = record.kind if not (route in IMPORT_ONLY and not host) else Kind.COMPILE_ERROR.value
-    tols = [] if kind in Kind.values_where("no_values") else \
-        plain_script.tolerances(case, load_program(case.program_source()))
+    # tolerances come from eager and float64 runs: only a value failure has values to hold to them
+    # (eager may reject the program of an invalid_case)
+    tols = plain_script.tolerances(case, load_program(case.program_source())) \
+        if kind in Kind.values_where("value_failure") else []
     body.append(setup + "\n" + plain_script.run_source(case, kind, tols, compiler))
     text = docstring(doc) + "\n" + "\n".join(imports) + "\n\n\n" + "\n\n".join(body)
     return check_script(text.rstrip("\n") + "\n", doc)

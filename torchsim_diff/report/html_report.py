@@ -57,8 +57,18 @@ def write_report(run_dir: str, records, *, new_rows: list | None = None, bundles
                bucket_page(record, bundle=bundles.get(bucket), page_dir=pages_dir, new=bucket in new,
                            count=counts[bucket]))
     report = os.path.join(run_dir, REPORT_FILE)
-    _write(report, html_page(records, title, new_rows=new_rows, pages=pages, page_dir=run_dir))
+    _write(report, html_page(records, title, new_rows=new_rows, pages=pages, page_dir=run_dir,
+                             timings=_timings(run_dir)))
     return report
+
+
+def _timings(run_dir: str) -> list:
+    """TOGSim's per-kernel rows of the run (timing.jsonl, timing.kernel_timing), if it has any."""
+    from torchsim_diff.timing.kernel_timing import TIMING_FILE, read_timings
+    if not any(TIMING_FILE in names for _root, _dirs, names in os.walk(run_dir)):
+        return []
+    rows, _bad = read_timings([run_dir])      # the rows before a bad line; `table` names the line
+    return rows
 
 
 def _write(path: str, text: str) -> None:
@@ -113,10 +123,11 @@ def _cell(value) -> str:
 
 # -- report.html -------------------------------------------------------------------------------
 def html_page(records, title: str = "torchsim-diff report", new_rows: list | None = None,
-              pages: dict | None = None, page_dir: str = ".") -> str:
+              pages: dict | None = None, page_dir: str = ".", timings: list | None = None) -> str:
     """The report page: NEW buckets, heatmaps, summary, error histograms, the other tables.
     pages: bucket -> its page's href (none: buckets are not linked, as when the page is
-    printed alone); page_dir: the folder the page is written to (bundle links start there)."""
+    printed alone); page_dir: the folder the page is written to (bundle links start there);
+    timings: TOGSim's per-kernel rows, shown after the error tolerances."""
     pages = pages or {}
     page_of = lambda row: pages.get(row["bucket"])          # noqa: E731
     sections = [f"<h1>{html.escape(title)}</h1>"]
@@ -132,6 +143,8 @@ def html_page(records, title: str = "torchsim-diff report", new_rows: list | Non
         if svg:
             sections.append(f"<figure><figcaption>{html.escape(route)}</figcaption>{svg}</figure>")
     sections.append(tables.render(tables.tolerance_rows(records), "html", "Error tolerance"))
+    if timings:
+        sections.append(tables.render(tables.timing_rows(timings), "html", "Timing on TOGSim, per kernel"))
     sections.append(_table(tables.bucket_rows(records), "Buckets", {"bucket": page_of}))
     sections.append(tables.render(tables.coverage_rows(records), "html", "Coverage"))
     return _document(title, sections)

@@ -1,13 +1,14 @@
 """Timing checked on the routes' real kernels: a case's triton-spike launches through TOGSim.
 
 For a case, `time_case` runs it on route `triton-spike` in this process (its launches are
-captured with the instructions Spike retired for each, `kernel_togs`), writes each launch's TOG,
+captured with the instructions Spike retired for each, `kernel_togs`), or on route `spike`
+(one kernel per linalg op of its lowered module, `linalg_togs`), writes each kernel's TOG,
 runs TOGSim on it (twice, and once more on twice the cores) with a time limit, and applies every
 check that needs no second model (`checks`). Each kernel gives a `KernelTiming` row: cycles,
 cycles over the DRAM and compute bounds, unit utilisation, and the checks that failed, each a
 bucket with its reproducer (`togsim_buckets`) unless it is a known TOGSim defect.
 
-    python -m torchsim_diff.timing.kernel_timing CASE.json [--out DIR] [--timeout S]
+    python -m torchsim_diff.timing.kernel_timing CASE.json [--route spike] [--out DIR] [--timeout S]
 
 Exit status: 0 every check passed or failed as a known defect, 1 a new failure, 2 bad input or
 TOGSim unavailable (one line on stderr).
@@ -25,6 +26,8 @@ import tempfile
 from torchsim_diff.timing import checks
 from torchsim_diff.timing.hw_config import HardwareConfig
 from torchsim_diff.timing.kernel_togs import NotTimed, launch_tog
+from torchsim_diff.timing.linalg_text import Unreadable, parse_module
+from torchsim_diff.timing.linalg_togs import module_kernels
 from torchsim_diff.timing.known_defects import known_defects
 from torchsim_diff.timing.tog import TOG, validate
 from torchsim_diff.timing.togsim_buckets import NOT_RUN, write_bucket
@@ -32,6 +35,8 @@ from torchsim_diff.timing.togsim_runner import (DEFAULT_TIMEOUT_S, Outcome, RunR
                                                 Unavailable, find_togsim, simulate)
 
 ROUTE = "triton-spike"
+ROUTES = (ROUTE, "spike")
+LINALG_FILE = "kernel.linalg.mlir"     # what route spike keeps of a case's lowered module
 TIMING_KEYS = ("case_id", "kernel", "programs", "instret", "outcome", "verdicts")
 TIMING_FILE = "timing.jsonl"     # one KernelTiming row a line; `torchsim-diff table --tables timing` reads it
 
@@ -81,13 +86,13 @@ def captured_launches(kernels_folder: str) -> list:
 
 
 @contextlib.contextmanager
-def route_server():
-    """The triton-spike route, warm, in this process (as its worker would run it), shut down on
+def route_server(route: str = ROUTE):
+    """The route (triton-spike or spike), warm, in this process (as its worker would run it), shut down on
     leaving; RouteUnavailable says why it cannot run here."""
     from torchsim_diff.worker.server import WorkerServer
-    server = WorkerServer(ROUTE, {})
+    server = WorkerServer(route, {})
     if not server.ok:
-        raise RouteUnavailable(f"route {ROUTE} unavailable: {server.reason}")
+        raise RouteUnavailable(f"route {route} unavailable: {server.reason}")
     try:
         yield server
     finally:
@@ -106,11 +111,16 @@ def run_on_route(case, artifact_dir: str, server) -> dict:
 # -- one kernel ----------------------------------------------------------------------------
 def time_launch(case_id: str, name: str, launch: dict, settings: Settings) -> KernelTiming:
     """TOGSim's timing of one captured launch and every check's verdict on it."""
-    tog = validate(launch_tog(launch))
+    return time_tog(case_id, name, launch_tog(launch), launch["spike_instret"], settings)
+
+
+def time_tog(case_id: str, name: str, tog: TOG, instret: int, settings: Settings) -> KernelTiming:
+    """TOGSim's timing of one kernel's TOG and every check's verdict on it."""
+    tog = validate(tog)
     programs = tog.outer_tiles()
     folder = _fresh(os.path.join(settings.out, "runs", case_id, name))
     base = simulate(settings.install, tog, settings.hardware, folder, settings.timeout_s)
-    timing = KernelTiming(case_id, name, programs, launch["spike_instret"], base.outcome.value, base.seconds)
+    timing = KernelTiming(case_id, name, programs, instret, base.outcome.value, base.seconds)
     if base.outcome is not Outcome.OK:
         verdict = checks.Verdict("run", False, f"{base.outcome.value}: {base.message}", {"outcome": base.outcome.value})
         _judge(timing, [verdict], base, settings)
@@ -167,10 +177,12 @@ def _fresh(folder: str) -> str:
 
 
 # -- one case ------------------------------------------------------------------------------
-def time_case(case, settings: Settings, server) -> tuple:
-    """(route reply, [KernelTiming], [(launch name, why not timed)]) of one case."""
+def time_case(case, settings: Settings, server, route: str = ROUTE) -> tuple:
+    """(route reply, [KernelTiming], [(kernel name, why not timed)]) of one case."""
     artifacts = os.path.join(settings.out, "artifacts", case.case_id)
     reply = run_on_route(case, artifacts, server)
+    if route != ROUTE:
+        return (reply,) + time_linalg_kernels(case.case_id, artifacts, reply, settings)
     timings, skipped = [], []
     for name, launch in captured_launches(os.path.join(artifacts, "kernels")):
         try:
@@ -178,6 +190,21 @@ def time_case(case, settings: Settings, server) -> tuple:
         except NotTimed as why:
             skipped.append((name, str(why)))
     return reply, timings, skipped
+
+
+def time_linalg_kernels(case_id: str, artifacts: str, reply: dict, settings: Settings) -> tuple:
+    """([KernelTiming], [(kernel name, why not timed)]) of route spike's run of a case: a TOG per
+    linalg op of its kernel.linalg.mlir, costed by the run's instructions retired."""
+    instret = (reply.get("metrics") or {}).get("cost")
+    path = os.path.join(artifacts, LINALG_FILE)
+    if not reply.get("ok") or not isinstance(instret, int) or not os.path.isfile(path):
+        return [], [("case", f"the route left no {LINALG_FILE} with an instret (ok={reply.get('ok')})")]
+    with open(path) as handle:
+        try:
+            kernels, skipped = module_kernels(parse_module(handle.read()), instret)
+        except Unreadable as why:
+            return [], [("case", f"{LINALG_FILE}: {why}")]
+    return [time_tog(case_id, k.name, k.tog, k.instret, settings) for k in kernels], skipped
 
 
 def new_failures(timings: list) -> list:
@@ -219,8 +246,10 @@ def _timing_row(row) -> dict:
 
 # -- command line --------------------------------------------------------------------------
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="time a case's triton-spike kernels on TOGSim and check them")
+    parser = argparse.ArgumentParser(description="time a case's kernels on TOGSim and check them")
     parser.add_argument("case", help="a case JSON file (a corpus entry or a bare case)")
+    parser.add_argument("--route", choices=ROUTES, default=ROUTE,
+                        help="triton-spike: its captured launches; spike: its lowered module's linalg ops")
     parser.add_argument("--out", help="folder for runs, buckets and timing.json (default: a temporary one)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per TOGSim run")
     args = parser.parse_args(argv)
@@ -235,12 +264,13 @@ def main(argv=None) -> int:
     from torchsim_diff.triage.known_ledger import default_ledger
     settings = Settings(install, hardware_of(install), out, args.timeout, known_defects(default_ledger()))
     try:
-        with route_server() as server:
-            reply, timings, skipped = time_case(case, settings, server)
+        with route_server(args.route) as server:
+            reply, timings, skipped = time_case(case, settings, server, args.route)
     except RouteUnavailable as why:
         return _error(str(why))
     write_timings(out, timings)
-    print(f"route {ROUTE}: " + ("ok" if reply.get("ok") else f"{reply.get('kind')}: {str(reply.get('message'))[:160]}"))
+    outcome = "ok" if reply.get("ok") else f"{reply.get('kind')}: {str(reply.get('message'))[:160]}"
+    print(f"route {args.route}: {outcome}")
     from torchsim_diff.report.tables import timing_table
     print(timing_table([t.row() for t in timings], "md"))
     for name, why in skipped:
