@@ -13,4 +13,6 @@ bash scripts/setup.sh
 source scripts/setup_steps.sh
 .venv/bin/python -c "import ray, onnx" 2>/dev/null ||
     step "the [ray] and [togsim] extras into .venv/" .venv/bin/python -m pip install --progress-bar off -e '.[ray,togsim]'
-exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --durations=25 --hypothesis-profile=torchsim-ci tests fuzz --routes eager,inductor,triton,mlir,spike,triton-spike --fuzz-examples 2 -m "not e2e and not bench" "$@"
+# fuzz/ first: its items are the longest (15-22 s each), so the workers start them early and the
+# run does not end with one worker finishing a fuzz item alone
+exec .venv/bin/python -m pytest -n auto -p no:cacheprovider --durations=25 --hypothesis-profile=torchsim-ci fuzz tests --routes eager,inductor,triton,mlir,spike,triton-spike --fuzz-examples 2 -m "not e2e and not bench" "$@"

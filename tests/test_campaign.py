@@ -89,7 +89,9 @@ def test_second_campaign_says_which_buckets_are_new(tmp_path, double_routes):
     from torchsim_diff.triage.bucket_history import BucketStore
     saved = BucketStore(store).buckets
     (entry,) = saved.values()
-    assert entry["count"] == 6 and entry["size"][0] == 1
+    failing = [r for run in (first, second) for r in run.records if r.failed]
+    assert {r.bucket for r in failing} == set(saved)          # both campaigns' failures, one bucket
+    assert entry["count"] == len(failing) and entry["size"][0] == 1
 
 
 def test_new_buckets_get_bundles_and_export_writes_one(tmp_path, double_routes, capsys):
