@@ -15,9 +15,11 @@ mlir-translate and clang into a shared library (memrefCopy from libmlir-19's run
 walks the grid through ctypes in the adapter's calling convention (lock and workspace, then
 the kernel's arguments, then num_programs and program_id, x fastest, as the route's Spike
 driver does) and compares every buffer with the interpreter's. The launch runs twice, with
-glibc's MALLOC_PERTURB_ at 128 and at 127, so that memory the kernel allocates and reads
-before writing holds other bytes each time (a kernel reading it cannot pass by luck). It exits 1 while they differ,
-0 once they agree, 2 when a tool is missing or a stage fails.
+every byte the kernel mallocs filled first with 0x47, then with 0xC7 (large floats and ints
+of either sign), so that a kernel reading memory before writing it cannot pass by luck. The
+fill wraps malloc at link time: glibc's MALLOC_PERTURB_ skips the chunks its tcache hands
+back, whose old bytes made the verdict depend on the host's heap. It exits 1 while they
+differ, 0 once they agree, 2 when a tool is missing or a stage fails.
 
     written = write_kernel_bundle(case_artifacts, bundle, head)   # False: no such launch
 """
@@ -37,7 +39,7 @@ SOURCE_FILE = "kernel.py"
 LAUNCH_FILE = "launch.pt"
 LINALG_FILE = "kernel.linalg.mlir"              # the adapter's output, which repro.py writes
 SHIPPED = (KERNEL_FILE, SOURCE_FILE, LAUNCH_FILE, LINALG_FILE)
-BUILT = ("kernel.llvm.mlir", "kernel.ll", "kernel.so")   # what repro.py compiles on the way: not shipped
+BUILT = ("kernel.llvm.mlir", "kernel.ll", "fill_malloc.c", "kernel.so")   # what repro.py compiles on the way: not shipped
 RUNNER_UTILS = "/usr/lib/llvm-19/lib/libmlir_c_runner_utils.so.19.1"   # Debian's libmlir-19
 # Scalar kernel arguments by Triton type, as ctypes passes them.
 CTYPES = {"i1": "c_bool", "i8": "c_int8", "i16": "c_int16", "i32": "c_int32", "i64": "c_int64",
@@ -178,31 +180,45 @@ except ImportError as exc:
 PASSES = {_wrapped(ADAPTER_PASSES)}  # triton-ascend 3.2.0's ttir_to_linalg, its CPU path
 LOWER = {_wrapped(MLIR_OPT_PASSES)}  # its linalg_to_llir, with C wrappers for the entry
 RUNNER_UTILS = "{RUNNER_UTILS}"  # memrefCopy
+FILLS = ("0x47", "0xC7")  # each launch's malloc fill: 0x47474747 is 51015.3 or 1195853639, 0xC7C7C7C7 -102286.6 or < 0
+FILL_MALLOC = r"""#include <stdlib.h>
+#include <string.h>
+void *__real_malloc(size_t);
+void *__wrap_malloc(size_t size) {{
+    void *memory = __real_malloc(size);
+    const char *fill = getenv("REPRO_MALLOC_FILL");
+    if (memory && fill) memset(memory, (int) strtol(fill, NULL, 16), size);
+    return memory;
+}}
+"""
 GRID = {tuple(grid)!r}
 ARGS = {arguments!r}  # ("buffer", name, byte offset, elements) or (ctypes type, value)
 TOLERANCE = {tolerance}
 os.chdir(os.path.dirname(os.path.abspath(__file__)))
-if "MALLOC_PERTURB_" not in os.environ:  # compile, then launch twice, malloc's memory filled otherwise each time
+if "REPRO_MALLOC_FILL" not in os.environ:  # compile, then launch once per fill
     tools = [os.environ.get("TRITON_ADAPTER_OPT") or shutil.which("triton-adapter-opt"),
              *map(shutil.which, ("mlir-opt-19", "mlir-translate-19", "clang-19"))]
     if not all(tools) or not os.path.exists(RUNNER_UTILS):
         sys.exit(print("cannot run here: needs triton-adapter-opt, mlir-opt-19, mlir-translate-19, clang-19, libmlir-19") or 2)
+    open("fill_malloc.c", "w").write(FILL_MALLOC)
     for step in ([tools[0], "{KERNEL_FILE}", *PASSES, "-o", "{LINALG_FILE}"], "drop annotation.mark",
                  [tools[1], "{LINALG_FILE}", *LOWER, "-o", "kernel.llvm.mlir"],
                  [tools[2], "--mlir-to-llvmir", "kernel.llvm.mlir", "-o", "kernel.ll"],
-                 [tools[3], "-shared", "-fPIC", "-O2", "-Wno-override-module", "kernel.ll", RUNNER_UTILS,
-                  "-Wl,-rpath," + os.path.dirname(RUNNER_UTILS), "-o", "kernel.so"]):
+                 [tools[3], "-shared", "-fPIC", "-O2", "-Wno-override-module", "kernel.ll", "fill_malloc.c",
+                  RUNNER_UTILS, "-Wl,--wrap=malloc", "-Wl,-rpath," + os.path.dirname(RUNNER_UTILS), "-o", "kernel.so"]):
         if isinstance(step, str):  # hints for the adapter's NPU back end, a dialect mlir-opt does not know
             text = re.sub(r"^\\s*annotation\\.mark [^\\n]*\\n", "", open("{LINALG_FILE}").read(), flags=re.M)
             open("{LINALG_FILE}", "w").write(text)
         elif (done := subprocess.run(step, capture_output=True, text=True)).returncode:
             sys.exit(print(f"cannot run here: {{os.path.basename(step[0])}} failed:", done.stderr[-1500:]) or 2)
-    codes = [subprocess.run([sys.executable, __file__], env={{**os.environ, "MALLOC_PERTURB_": fill}}).returncode
-             for fill in ("128", "127")]  # glibc fills what malloc returns with the complement of this byte
-    for fill, code in zip(("128", "127"), codes):
+    codes = [subprocess.run([sys.executable, __file__], env={{**os.environ, "REPRO_MALLOC_FILL": fill}}).returncode
+             for fill in FILLS]
+    for fill, code in zip(FILLS, codes):
         if code < 0:
-            print(f"REPRODUCES: with MALLOC_PERTURB_={{fill}}, the launch died of signal {{-code}}")
-    sys.exit(2 if 2 in codes else 1 if any(codes) else 0)
+            print(f"malloc's memory filled with {{fill}}: the launch died of signal {{-code}}")
+    verdict = 2 if 2 in codes else 1 if any(codes) else 0
+    print({{0: "FIXED: every buffer matches Triton's interpreter", 1: "REPRODUCES"}}.get(verdict, "cannot run here"))
+    sys.exit(verdict)
 kernel = getattr(ctypes.CDLL(os.path.abspath("kernel.so")), "_mlir_ciface_{kernel}")
 launch = torch.load("{LAUNCH_FILE}", weights_only=True)  # buffers before the launch; Triton's interpreter's after it
 buffers = launch["before"]
@@ -221,11 +237,12 @@ for name, want in launch["expected"].items():
         torch.testing.assert_close(buffers[name], want, equal_nan=True, **TOLERANCE)
     except AssertionError as error:
         failed, got = True, buffers[name]
-        print(f"{{name}}, MALLOC_PERTURB_={{os.environ['MALLOC_PERTURB_']}}:", str(error).strip(),
+        print(f"{{name}}, malloc's memory filled with {{os.environ['REPRO_MALLOC_FILL']}}:", str(error).strip(),
               "index, interpreter, compiled here:", sep="\\n")
         for i in (~torch.isclose(got.double(), want.double(), equal_nan=True, **TOLERANCE)).nonzero()[:5, 0].tolist():
             print(f"  [{{i}}] {{want[i].item()!r}} {{got[i].item()!r}}")
-print("REPRODUCES" if failed else "FIXED: every buffer matches Triton's interpreter")
+print(f"malloc's memory filled with {{os.environ['REPRO_MALLOC_FILL']}}:",
+      "values differ" if failed else "every buffer matches Triton's interpreter")
 sys.exit(1 if failed else 0)
 '''
     return check_script(text, doc)
