@@ -71,10 +71,17 @@ def test_a_launch_that_did_not_run_on_spike_is_not_timed(launch):
         launch_tog(launch)
 
 
-def test_a_dtype_without_a_togsim_element_size_is_not_timed(launch):
-    launch["args"][0]["dtype"] = "complex128"
-    with pytest.raises(NotTimed, match="complex128"):
+@pytest.mark.parametrize("dtype", ["complex128", "float128x", "Tensor"])
+def test_a_dtype_without_a_togsim_element_size_is_not_timed(launch, dtype):
+    launch["args"][0]["dtype"] = dtype
+    with pytest.raises(NotTimed, match=dtype):
         launch_tog(launch)
+
+
+@pytest.mark.parametrize("dtype, size", [("uint8", 1), ("bfloat16", 2), ("int32", 4), ("float64", 8)])
+def test_an_element_is_its_dtypes_size_in_bytes(launch, dtype, size):
+    launch["args"][0]["dtype"] = dtype
+    assert {n.element_size for n in leaves(launch_tog(launch), Load)} == {size}
 
 
 @pytest.mark.parametrize("size, stride, merged", [

@@ -24,8 +24,6 @@ import math
 from torchsim_diff.timing.tog import MAX_TILE_DIMS, TOG, Compute, ComputeKind, Load, Loop, LoopKind, Store
 from torchsim_diff.timing.tog_kernels import addresses
 
-ELEMENT_BYTES = {"bool": 1, "int8": 1, "uint8": 1, "int16": 2, "float16": 2, "bfloat16": 2, "int32": 4,
-                 "float32": 4, "int64": 8, "float64": 8}
 PROGRAM_INDEX = "p"
 READS, WRITES = ("in", "inout"), ("out", "inout")
 
@@ -83,6 +81,11 @@ def merged_dims(size: list, stride: list) -> tuple:
 
 
 def _element_bytes(arg: dict) -> int:
-    if arg["dtype"] not in ELEMENT_BYTES:
+    from torchsim_diff.triage.kernels.capture import CaptureFormatError, torch_dtype
+    try:
+        size = torch_dtype(arg["dtype"]).itemsize
+    except CaptureFormatError:
+        size = None
+    if size not in (1, 2, 4, 8):
         raise NotTimed(f"{arg['name']}: dtype {arg['dtype']} has no TOGSim element size (1, 2, 4 or 8 bytes)")
-    return ELEMENT_BYTES[arg["dtype"]]
+    return size
