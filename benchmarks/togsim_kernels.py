@@ -20,34 +20,24 @@ import os
 import sys
 import time
 
-from torchsim_diff.timing.kernel_timing import (RouteUnavailable, Settings, read_case,
-                                                hardware_of, route_server, time_case,
-                                                write_timings)
+from torchsim_diff.timing.kernel_timing import (RouteUnavailable, Settings, hardware_of, route_server,
+                                                time_case, write_timings)
 from torchsim_diff.timing.known_defects import known_defects
 from torchsim_diff.timing.togsim_runner import Unavailable, find_togsim
+from torchsim_diff.triage.corpus import iter_entries
 from torchsim_diff.triage.known_ledger import default_ledger
 
 
-def case_files(paths: list) -> list:
-    found = []
-    for path in paths:
-        if os.path.isdir(path):
-            found += sorted(os.path.join(path, n) for n in os.listdir(path) if n.endswith(".json"))
-        else:
-            found.append(path)
-    return found
-
-
-def campaign(files: list, settings: Settings, budget_s: float, route: str) -> dict:
+def campaign(cases: list, settings: Settings, budget_s: float, route: str) -> dict:
     started, counts = time.monotonic(), collections.defaultdict(collections.Counter)
-    buckets, cases, kernels, not_timed, togsim_s = {}, 0, 0, collections.Counter(), 0.0
+    buckets, timed, kernels, not_timed, togsim_s = {}, 0, 0, collections.Counter(), 0.0
     with route_server(route) as server:
-        for path in files:
+        for case in cases:
             if time.monotonic() - started > budget_s:
                 break
-            reply, timings, skipped = time_case(read_case(path), settings, server, route)
+            reply, timings, skipped = time_case(case, settings, server, route)
             write_timings(settings.out, timings)
-            cases, kernels = cases + 1, kernels + len(timings)
+            timed, kernels = timed + 1, kernels + len(timings)
             not_timed.update(why.split(": ", 1)[-1][:80] for _name, why in skipped)
             for timing in timings:
                 togsim_s += timing.seconds
@@ -56,7 +46,7 @@ def campaign(files: list, settings: Settings, budget_s: float, route: str) -> di
                     if v["bucket"]:
                         buckets.setdefault(v["bucket"], {"check": v["check"], "known": v["known"],
                                                          "message": v["message"], "kernels": 0})["kernels"] += 1
-    return {"cases": cases, "kernels": kernels, "seconds": round(time.monotonic() - started, 1),
+    return {"cases": timed, "kernels": kernels, "seconds": round(time.monotonic() - started, 1),
             "togsim_seconds_per_kernel": round(togsim_s / kernels, 3) if kernels else None,
             "counts": {k: dict(v) for k, v in sorted(counts.items())}, "buckets": buckets,
             "not_timed": dict(not_timed)}
@@ -89,14 +79,18 @@ def main(argv=None) -> int:
     if isinstance(install, Unavailable):
         print(f"togsim_kernels: {install.reason}", file=sys.stderr)
         return 2
-    files = case_files(args.cases)
-    if not files:
+    entries = list(iter_entries(args.cases))         # (entry, None) or (None, CorruptEntry)
+    corrupt = [why for _entry, why in entries if why]
+    for why in corrupt:
+        print(f"togsim_kernels: {why}", file=sys.stderr)
+    if not entries:
         print(f"togsim_kernels: no case files in {', '.join(args.cases)}", file=sys.stderr)
+    if corrupt or not entries:
         return 2
     os.makedirs(args.out, exist_ok=True)
     settings = Settings(install, hardware_of(install), args.out, args.timeout, known_defects(default_ledger()))
     try:
-        summary = campaign(files, settings, args.budget, args.route)
+        summary = campaign([entry.case for entry, _ in entries], settings, args.budget, args.route)
     except (RouteUnavailable, ValueError) as why:
         print(f"togsim_kernels: {why}", file=sys.stderr)
         return 2
