@@ -3,20 +3,24 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from torchsim_diff.routes import compile_options, route_class
 
 
 def test_defaults_and_parsed_values():
     assert compile_options.settings({}) == {"dynamic": False, "mode": "default", "emulate_precision_casts": True,
-                                            "freezing": False}
+                                            "freezing": False, "simdlen": 256}
+    assert [compile_options.settings({"simdlen": v})["simdlen"] for v in ("512", "0", "host")] == [512, 0, "host"]
     chosen = compile_options.settings({"dynamic": "true", "mode": "max-autotune-no-cudagraphs", "launcher": "x"})
     assert chosen["dynamic"] is True and chosen["mode"] == "max-autotune-no-cudagraphs" and "launcher" not in chosen
 
 
 @pytest.mark.parametrize("route", ["inductor", "triton"])
 @pytest.mark.parametrize("options,fragment", [({"dynamic": "maybe"}, "dynamic='maybe'"),
-                                              ({"mode": "fast"}, "mode='fast'")])
+                                              ({"mode": "fast"}, "mode='fast'"),
+                                              ({"simdlen": "128"}, "simdlen='128'"),
+                                              ({"simdlen": "-1"}, "simdlen='-1'")])
 def test_bad_values_fail_when_the_route_is_built(route, options, fragment):
     with pytest.raises(ValueError) as info:
         route_class(route)(options)
@@ -29,6 +33,33 @@ def test_cli_refuses_a_bad_compile_option_in_one_line():
                           capture_output=True, text=True)
     assert done.returncode == 2
     assert "mode='fast'" in done.stderr and "Traceback" not in done.stderr
+
+
+def _remainder_by_subnormals(x, y):
+    return torch.remainder(x, y)
+
+
+@pytest.mark.slow
+def test_the_vector_width_is_the_routes_not_the_hosts():
+    """Inductor's vectorised remainder is x - floor(x / y) * y, which overflows for a subnormal
+    divisor (corpora/known/inductor-cpp-remainder-quotient-formula), its scalar one is exact;
+    which of its vector ISAs gets it wrong depends on the values, so the width is pinned to 256
+    bits on every x86-64 host (the known bug's case passes at 512)."""
+    import platform
+    from torch._inductor import config, cpu_vec_isa
+    if 256 not in {isa.bit_width() for isa in cpu_vec_isa.valid_vec_isa_list()}:
+        pytest.skip("this host has no 256-bit vector ISA")
+    x, y = torch.tensor(0.5), torch.tensor([-3.0e-39, -9.6e-39, 2.0, 1.0] * 2)
+    vector = compile_options.compile_program(_remainder_by_subnormals, {})(x, y)
+    assert config.cpp.simdlen == (256 if platform.machine() in ("x86_64", "AMD64") else None)
+    torch._dynamo.reset()
+    scalar = compile_options.compile_program(_remainder_by_subnormals, {"simdlen": "0"})(x, y)
+    assert config.cpp.simdlen == 1
+    torch.testing.assert_close(scalar, torch.remainder(x, y), atol=0, rtol=0)
+    assert not torch.equal(vector, scalar), vector
+    torch._dynamo.reset()
+    compile_options.compile_program(_remainder_by_subnormals, {"simdlen": "host"})
+    assert config.cpp.simdlen is None
 
 
 def test_dynamic_shapes_compile_and_agree_with_eager():

@@ -6,6 +6,7 @@ route options:
     --route-option triton.mode=max-autotune-no-cudagraphs
     --route-option inductor.emulate_precision_casts=false   (torch's own default)
     --route-option inductor.freezing=true         inputs never mutated become frozen parameters
+    --route-option inductor.simdlen=host          the host's widest vector ISA (default: 256 bits)
 
 `dynamic=mixed` decides per graph, from a hash of the graph without its sizes, so a case,
 its replays and its second size (torchsim_diff.run.second_size) always get the same setting;
@@ -24,6 +25,12 @@ does. It is on by default here, unlike torch: without it Inductor drops an expli
 it), which is a documented Inductor choice, not a bug, and would flood campaigns with findings. Every setting is recorded
 in the route's versions, so a record says what compiled it.
 
+`simdlen` (Inductor's `cpp.simdlen`) is the width of the C++ kernels' vectors: 256 bits by
+default (AVX2, which every x86-64 host of the last decade has), `512`, `0` for scalar code, or
+`host` for Inductor's own pick, the widest the host has. Inductor's pick made verdicts depend on
+the machine: its AVX2 remainder overflows for a subnormal divisor and its AVX-512 one does not,
+so a known bug stopped reproducing on an AVX-512 host. A host other than x86-64 gets its own pick.
+
 Worker-side module: standard library only at import time.
 """
 from __future__ import annotations
@@ -34,7 +41,10 @@ import json
 
 BOOLEANS = {"true": True, "false": False, "1": True, "0": False, True: True, False: False, 1: True, 0: False}
 MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
-DEFAULTS = {"dynamic": False, "mode": "default", "emulate_precision_casts": True, "freezing": False}
+DEFAULTS = {"dynamic": False, "mode": "default", "emulate_precision_casts": True, "freezing": False,
+            "simdlen": 256}
+HOST = "host"
+SIMDLENS = (256, 512, 0, HOST)
 MIXED = "mixed"
 MIXED_SHARE = 3            # dynamic=mixed: one graph in MIXED_SHARE is compiled with dynamic shapes
 SECOND_SIZE_MARK = "second_size_of"     # values key of a case that resizes an earlier one
@@ -63,8 +73,16 @@ def _mode(value):
     return value
 
 
+def _simdlen(value):
+    chosen = value if value == HOST else int(value) if str(value).isdigit() else None
+    if chosen not in SIMDLENS:
+        raise ValueError(f"simdlen={value!r} is not a vector width; use simdlen=256, 512, 0 (scalar) or host")
+    return chosen
+
+
 PARSERS = {"dynamic": _dynamic, "mode": _mode,
-           "emulate_precision_casts": boolean("emulate_precision_casts"), "freezing": boolean("freezing")}
+           "emulate_precision_casts": boolean("emulate_precision_casts"), "freezing": boolean("freezing"),
+           "simdlen": _simdlen}
 
 
 def settings(options: dict) -> dict:
@@ -109,11 +127,21 @@ def compile_program(program, options: dict, case: dict | None = None, example_in
     chosen = settings(options)
     config.emulate_precision_casts = chosen["emulate_precision_casts"]
     config.freezing = chosen["freezing"]
+    config.cpp.simdlen = _inductor_simdlen(chosen["simdlen"])
     dynamic = dynamic_for(options, case) if case is not None else chosen["dynamic"] is True
     mode = None if chosen["mode"] == "default" else chosen["mode"]
     if chosen["freezing"] and case is not None and example_inputs is not None:
         return _frozen(program, case, example_inputs, dynamic, mode)
     return torch.compile(program, backend="inductor", fullgraph=True, dynamic=dynamic, mode=mode)
+
+
+def _inductor_simdlen(chosen) -> int | None:
+    """Inductor's cpp.simdlen for the setting: None lets it pick; a width the host has no ISA
+    of (0 among them) gives scalar code. The default width is asked for on x86-64 hosts only."""
+    import platform
+    if chosen == HOST or (chosen == DEFAULTS["simdlen"] and platform.machine() not in ("x86_64", "AMD64")):
+        return None
+    return chosen or 1
 
 
 def frozen_positions(case: dict) -> list:
