@@ -20,6 +20,7 @@ from torchsim_diff.campaign import bytecode
 from torchsim_diff.campaign.interrupts import Terminated, sigterm_as_interrupt
 from torchsim_diff.campaign import options as opt
 from torchsim_diff.campaign.budget import budget_seconds
+from torchsim_diff.generate.switches import GRAPH_NODES
 from torchsim_diff.results.jsonl import StorageError
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
@@ -634,8 +635,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=opt.out_folder, help="run folder (default: reports/run-<time>)")
     p.add_argument("--dtype", type=opt.fuzz_dtype, default="float32",
                    help="float32 (default), float16, bfloat16, int32, int64")
-    p.add_argument("--max-nodes", type=opt.node_count, default=8,
-                   help=f"most nodes per graph, at most {opt.MAX_NODES} (default: 8)")
+    p.add_argument("--max-nodes", type=opt.node_count, default=GRAPH_NODES,
+                   help=f"most nodes per graph, at most {opt.MAX_NODES} (default: {GRAPH_NODES})")
     p.add_argument("--families", type=opt.name_list, help="only ops of these families (comma-separated)")
     p.add_argument("--ops", type=opt.name_list, help="only these ops (comma-separated)")
     from torchsim_diff.generate.switches import SPECIAL_MODES, SPECIAL_PERCENT

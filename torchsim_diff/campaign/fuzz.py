@@ -30,6 +30,7 @@ from torchsim_diff.campaign.budget import Budget
 from torchsim_diff.campaign.progress import Board, Progress, ProgressThread, choose_mode, make_display
 from torchsim_diff.generate.draws import StopDrawing, for_each_case
 from torchsim_diff.generate.strategies import cases
+from torchsim_diff.generate.switches import GRAPH_NODES
 from torchsim_diff.results.jsonl import ResultsWriter
 from torchsim_diff.routes import route_class
 from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
@@ -48,7 +49,7 @@ class CampaignOptions:
     max_examples: int = 100
     seed: int = 0
     dtype: str = "float32"
-    max_nodes: int = 8
+    max_nodes: int = GRAPH_NODES
     families: list | None = None
     ops: list | None = None
     special_values: str = "mix"        # generate.strategies.SPECIAL_MODES

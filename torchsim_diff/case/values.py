@@ -124,8 +124,9 @@ def _cancellation(x, kind, info, gen):
 
 
 def _special(x, kind, info, gen):
-    """Special values in TAIL_SHARE of the elements, and in one at least."""
-    return _sprinkle_specials(x, info, gen, TAIL_SHARE, at_least_one=True)
+    """Special values in TAIL_SHARE of the elements, and each kind of them once at least
+    (as many kinds as there are elements): one input meets NaN, both infinities and the rest."""
+    return _sprinkle_specials(x, info, gen, TAIL_SHARE, every_kind=True)
 
 
 _TAILS = {"near_overflow": _near_overflow, "denormal": _denormal, "signed_zero": _signed_zero,
@@ -133,15 +134,19 @@ _TAILS = {"near_overflow": _near_overflow, "denormal": _denormal, "signed_zero":
 
 
 def _sprinkle_specials(x: torch.Tensor, info, gen, share: float = SPECIAL_SHARE,
-                       at_least_one: bool = False) -> torch.Tensor:
+                       every_kind: bool = False) -> torch.Tensor:
     specials = torch.tensor([float("nan"), float("inf"), float("-inf"), -0.0,
                              info.smallest_normal / 4, info.max / 4, -info.max / 4],
                             dtype=torch.float64)
     pick = torch.randint(0, len(specials), x.shape, generator=gen)
     chance = torch.rand(x.shape, generator=gen, dtype=torch.float64)
     where = chance < share
-    if at_least_one and x.numel():
-        where = where | (chance == chance.min())
+    if every_kind and x.numel():
+        # The elements of least chance take the kinds in a random order, one each.
+        first = chance.flatten().argsort()[:len(specials)]
+        order = torch.randperm(len(specials), generator=gen)[:len(first)]
+        pick = pick.flatten().index_put((first,), order).view(x.shape)
+        where = where.flatten().index_put((first,), torch.tensor(True)).view(x.shape)
     return torch.where(where, specials[pick], x)
 
 

@@ -33,7 +33,7 @@ from torchsim_diff.case.values import SPECIAL_TAIL, TAIL_DOMAINS
 from torchsim_diff.ops import FAMILIES, all_ops, ops_in
 from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.generate.schedules import ArgumentSchedule, CoverageSchedule
-from torchsim_diff.generate.switches import SPECIAL_PERCENT, InvalidSwitch, special_mode, switches
+from torchsim_diff.generate.switches import GRAPH_NODES, SPECIAL_PERCENT, InvalidSwitch, special_mode, switches
 
 SIZES = (1, 2, 3, 4, 5, 7, 8, 16, 17, 33, 64, 129)
 # The size tail: just above powers of two and block sizes (masked tails, remainder loops),
@@ -547,13 +547,13 @@ def _check_arguments(dtype, min_nodes, max_nodes, ops, families, max_numel, layo
     return chosen
 
 
-def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = 8, ops=None,
+def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int = GRAPH_NODES, ops=None,
           families=None, special_values: str | bool = "mix", max_numel: int = MAX_NUMEL,
           layouts=None) -> st.SearchStrategy:
     """Strategy for `Case` objects.
 
     dtype: the data dtype ("float32" by default; "float16", "bfloat16", "int32", "int64").
-    min_nodes/max_nodes: graph size (1-8 by default: small graphs shrink and read well).
+    min_nodes/max_nodes: graph size (1 to GRAPH_NODES by default; failures are reduced to a few nodes).
     ops/families: restrict which ops appear (names from the op registry / FAMILIES).
     special_values: NaN, +-Inf, -0.0, subnormals and large magnitudes in float inputs: "mix"
         (SPECIAL_PERCENT of float cases), "always" (True), "off" (False).

@@ -1,4 +1,5 @@
-"""Per-case switches: which cases go to a value tail, the size tail, or hold special values.
+"""Per-case switches: which cases go to a value tail, the size tail, or hold special values;
+and how many nodes a graph may have.
 
 The tails are taken from the case's seed (seed 0, where shrinking goes, is an ordinary case),
 as the graph's inputs need them while it is drawn. Hypothesis repeats a seed over many cases
@@ -13,6 +14,10 @@ from __future__ import annotations
 
 import random
 
+# A graph has the largest of three draws of 1..GRAPH_NODES nodes. At 8, each op met about four
+# fresh nodes in a 150-case campaign, too few for its operand forms and value classes; at 12,
+# the round-2 bug zoo's hit rate over twelve seeds went from 82% to 92%.
+GRAPH_NODES = 12
 VALUE_TAIL_PERCENT = 20
 SIZE_TAIL_PERCENT = 25
 # Special values (NaN, +-Inf, -0.0, subnormals, huge magnitudes) among a case's float inputs:
