@@ -168,3 +168,17 @@ def test_a_failure_is_localised_once_per_bucket_in_a_run_and_never_for_a_known_b
         assert other.check(first, "double-wrong-element").metrics.get("t_diagnose") is not None
     with Checker(out_dir=str(tmp_path / "known"), timeout_s=20, known_buckets={verdicts[0].bucket}) as checker:
         assert checker.check(first, "double-wrong-element").metrics.get("t_diagnose") is None
+
+
+def test_workers_of_one_run_keep_their_artifacts_apart(tmp_path, double_routes, add_case):
+    """Two xdist workers often run the same case at once (every item starts from the simplest
+    case): a worker whose case passed deleted the folder the other's route was writing into."""
+    with Checker(out_dir=str(tmp_path), timeout_s=20) as alone, \
+            Checker(out_dir=str(tmp_path), timeout_s=20, tag="gw0") as gw0, \
+            Checker(out_dir=str(tmp_path), timeout_s=20, tag="gw1") as gw1:
+        folders = {c.artifact_dir("eager", add_case.case_id) for c in (alone, gw0, gw1)}
+        assert len(folders) == 3 and alone.artifact_dir("eager", add_case.case_id).endswith(add_case.case_id)
+        failed = gw1.check(add_case, "double-wrong-element")
+        assert gw0.check(add_case, "eager").status == Status.PASS
+        assert failed.artifact_dir == gw1.artifact_dir("double-wrong-element", add_case.case_id)
+        assert failed.artifact_dir != gw0.artifact_dir("double-wrong-element", add_case.case_id)

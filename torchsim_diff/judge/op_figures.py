@@ -18,7 +18,6 @@ storages, not as intermediates, so they have no entry of their own.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -67,7 +66,7 @@ def measure(checker, case, route: str, timeout_s: float | None = None) -> dict |
         ref = checker.reference(widened, source)
     except (CaseError, RuntimeError):      # eager refuses to return an aliasing intermediate
         return None
-    artifact_dir = os.path.join(checker.out_dir, "artifacts", route, f"{case.case_id}-ops")
+    artifact_dir = checker.artifact_dir(route, f"{case.case_id}-ops")
     reply = checker.worker(route).run(widened.to_dict(), source, artifact_dir, 1, timeout_s)
     shutil.rmtree(artifact_dir, ignore_errors=True)
     if not reply.ok:

@@ -17,7 +17,6 @@ not survive the renaming), so every case sees bit for bit its solo inputs.
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 
@@ -83,7 +82,7 @@ def _run_combined(checker, cases: list, route: str, timeout_s: float | None):
         combined = combine(cases)
     except (ValueError, KeyError):
         return None
-    artifact_dir = os.path.join(checker.out_dir, "artifacts", route, "batch-" + combined.case_id)
+    artifact_dir = checker.artifact_dir(route, "batch-" + combined.case_id)
     limit = (timeout_s or checker.timeout_s) * len(cases)
     try:
         return checker.worker(route).run(combined.to_dict(), combined.program_source(), artifact_dir, 1, limit)

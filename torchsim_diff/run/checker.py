@@ -33,6 +33,7 @@ from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 # Seconds of a case that are not the harness's per-case overhead: the route compiling and
 # running it, starting its worker (once, or after a crash), and localising a failure.
 NOT_HARNESS_TIMES = ("t_compile", "t_run", "t_start", "t_diagnose")
+DEFAULT_TAG = "0"       # a checker alone in its out_dir; a run's xdist workers are tagged by name
 
 
 def _localise(artifact_dir: str) -> dict:
@@ -160,7 +161,7 @@ class Checker:
     """Owns one warm worker per route and the run's output folder."""
 
     def __init__(self, *, out_dir: str, timeout_s: float = DEFAULT_TIMEOUT_S, route_options: dict | None = None,
-                 tag: str = "0", repeat: int = 1, known_buckets: set | None = None):
+                 tag: str = DEFAULT_TAG, repeat: int = 1, known_buckets: set | None = None):
         """repeat: run each case this many times on identical inputs; a bitwise difference
         between runs is `nondeterministic` (1 = no check).
 
@@ -248,7 +249,7 @@ class Checker:
 
     def _check(self, case: Case, route: str, timeout_s: float | None = None) -> Verdict:
         source = case.program_source()
-        artifact_dir = os.path.join(self.out_dir, "artifacts", route, case.case_id)
+        artifact_dir = self.artifact_dir(route, case.case_id)
         worker = self.worker(route)
         pending = worker.submit(case.to_dict(), source, artifact_dir, self.repeat, timeout_s)
         try:
@@ -275,6 +276,14 @@ class Checker:
             self.deleter.discard(artifact_dir)
             verdict.artifacts = []
         return verdict
+
+    def artifact_dir(self, route: str, name: str) -> str:
+        """The folder for a run named `name` (a case id) on `route`, under out_dir/artifacts.
+        Checkers sharing `out_dir` (a run's xdist workers) often run the same case at once
+        (each item's first case is the simplest one): one that passed deleted the folder the
+        other's route was writing into, so a tagged checker's folders carry its tag."""
+        folder = name if self.tag == DEFAULT_TAG else f"{name}-{self.tag}"
+        return os.path.join(self.out_dir, "artifacts", route, folder)
 
     def _localises(self, verdict: Verdict) -> bool:
         """Whether this checker localises the failure: the first one of its bucket in the run."""

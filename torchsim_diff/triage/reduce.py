@@ -1298,7 +1298,7 @@ def _written_input(case: Case, where: str) -> str | None:
 def _route_storage(checker: Checker, case: Case, route: str, position: int):
     """The route's final storage of input `position` (None when the run failed)."""
     from torchsim_diff.worker import protocol
-    folder = os.path.join(checker.out_dir, "artifacts", route, case.case_id + "-storages")
+    folder = checker.artifact_dir(route, case.case_id + "-storages")
     reply = checker.worker(route).run(case.to_dict(), case.program_source(), folder, 1)
     if not reply.ok:
         return None
