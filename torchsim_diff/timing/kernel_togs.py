@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 
-from torchsim_diff.timing.tog import MAX_TILE_DIMS, TOG, Compute, ComputeKind, Load, Loop, LoopKind, Store
+from torchsim_diff.timing.tog import ELEMENT_SIZES, MAX_TILE_DIMS, TOG, Compute, ComputeKind, Load, Loop, LoopKind, Store
 from torchsim_diff.timing.tog_kernels import addresses
 
 PROGRAM_INDEX = "p"
@@ -86,6 +86,6 @@ def _element_bytes(arg: dict) -> int:
         size = torch_dtype(arg["dtype"]).itemsize
     except CaptureFormatError:
         size = None
-    if size not in (1, 2, 4, 8):
+    if size not in ELEMENT_SIZES:
         raise NotTimed(f"{arg['name']}: dtype {arg['dtype']} has no TOGSim element size (1, 2, 4 or 8 bytes)")
     return size
