@@ -304,6 +304,33 @@ def test_an_overflowing_intermediate_lets_what_it_feeds_be_nonfinite_and_only_th
     assert _judge(torch.tensor([float(truth[0]), math.inf]), eager, truth, allowance)[0].kind == "nonfinite_mismatch"
 
 
+def test_an_infinite_input_through_elementwise_ops_and_selections_is_judged():
+    # Inductor's floor(a / b) gives -inf // ... = +Inf where eager's fmod formula gives NaN: an
+    # Inf input carried through neg (a selection-like exact op) and floor_divide is no overflow,
+    # so the NaN eager computes is the answer, and what it feeds (le) is judged too.
+    def program(x, y):
+        q = torch.floor_divide(torch.neg(x), y)
+        return (q, torch.le(q, 0.0))
+    x, y = torch.tensor([math.inf, 6.0]).double(), torch.tensor([-1.0, 4.0]).double()
+    truth, eager, allowance = _references(program, [x, y], torch.float32)
+    assert torch.isnan(eager[0][0]) and not bool(allowance.overflow[0].any())
+    assert _judge(torch.tensor([math.inf, -2.0]), eager[0], truth[0], allowance)[0].kind == "nonfinite_mismatch"
+    assert _judge(torch.tensor([True, True]), eager[1], truth[1], allowance, 1)[0].kind == "wrong_values"
+    assert _judge(eager[0].clone(), eager[0], truth[0], allowance)[0] is None
+
+
+def test_an_infinite_input_summed_with_values_that_overflow_stays_unjudged():
+    # +Inf plus two -3e38 is +Inf exactly, but in float32 the two may meet first (-Inf) and give NaN.
+    x = torch.tensor([[math.inf, -3e38, -3e38]]).double()
+    (truth,), (eager,), allowance = _references(_sum_of_rows, [x], torch.float32)
+    assert bool(allowance.overflow[0].all())
+    assert _judge(torch.tensor([math.nan]), eager, truth, allowance)[0] is None
+
+
+def _sum_of_rows(x):
+    return (torch.sum(x, 1),)
+
+
 def _compare_sums(x, y):
     return (torch.ge(torch.sum(x, 1), y),)
 

@@ -61,6 +61,24 @@ def test_aten_fallback_is_reported_unsupported_not_passed(route):
         CaseRun(route, source, make_case(tensor_spec("x0", [6, 3])))
 
 
+def test_a_matmul_no_triton_template_fits_is_unsupported_not_a_compile_error(route):
+    # Inductor offers no Triton GEMM template for a (1, 128) @ (128, 2); only ATen's GEMM would do.
+    source = "import torch\ndef program(x0, x1):\n    return (torch.mm(x0, x1),)\n"
+    with pytest.raises(Unsupported, match="no Triton GEMM template"):
+        CaseRun(route, source, make_case(tensor_spec("x0", [1, 128]), tensor_spec("x1", [128, 2])))
+
+
+def test_templates_offered_that_all_fail_to_compile_stay_a_failure():
+    from torch._inductor.select_algorithm import NoValidChoicesError
+    from torchsim_diff.routes.triton.triton import _no_gemm_choice
+    offered_none = NoValidChoicesError("No choices to select. Provided reason: No choices exist for backend. ...")
+    all_failed = NoValidChoicesError("No choices to select. Provided reason: All choices failed to compile for backend.")
+    wrapped = RuntimeError("InductorError: LoweringException")
+    wrapped.__cause__ = offered_none
+    assert _no_gemm_choice(wrapped) and _no_gemm_choice(offered_none)
+    assert not _no_gemm_choice(all_failed) and not _no_gemm_choice(RuntimeError("CantSplit: 2 not divisible by 0"))
+
+
 @pytest.mark.parametrize("wrapper,expected", [
     ("def call(args):\n    extern_kernels.mm(arg0_1, arg1_1, out=buf0)\n", ["extern_kernels.mm"]),
     ("def call(args):\n    buf1 = torch.ops.aten.sort.stable(arg0_1, dim=0)\n", ["torch.ops.aten.sort.stable"]),

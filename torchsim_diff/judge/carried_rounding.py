@@ -23,8 +23,8 @@ to -Inf: an infinite allowance, where any value passes). Unstable elements are c
 failed. Where a node feeding an element passes through values that reach the dtype's
 max (`Carried.overflow`, PASSES_THROUGH), partial sums overflow in some orders and the
 element may be any value (x / Inf = 0, sign(NaN) = 0): it is not judged, and a decision on it
-is unstable. An infinity a pointwise op computes from finite operands (1/0, log(0)) is exact,
-its sign too, not at the overflow scale: what it feeds is judged.
+is unstable. An Inf or NaN that an elementwise op or a selection computes (1/0, log(0),
+inf // 1, neg(inf)) is exact, its sign too, not at the overflow scale: what it feeds is judged.
 
 Imports only the standard library and torch: reproducer bundles ship it.
 """
@@ -37,11 +37,14 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .comparison import FEW_ELEMENTS, TOLERANCES, margin, same_bits, scale_ulp
-from .rounding_rules import (ARG_EXTREMES, COMPARISONS, JUMPS, PASSES_THROUGH, POINTWISE, ROUNDING, SIGN_UNSPECIFIED,
-                             STEPS, op_name)
+from .rounding_rules import (ARG_EXTREMES, COMPARISONS, EXACT, JUMPS, PASSES_THROUGH, POINTWISE, ROUNDING,
+                             SIGN_UNSPECIFIED, STEPS, op_name)
 
 SAMPLES = 2                    # random-sign reruns per rounding node
 PROBES = 8                     # reruns with every rounding node moved at once (decisions)
+# each result element is one IEEE operation on its operands' elements, or a copy or selection of
+# one: where it is Inf or NaN, the dtype gives the same in any order (sums and norms do not)
+ORDER_FREE = frozenset((*POINTWISE, *STEPS, *JUMPS, *EXACT))
 
 
 @dataclasses.dataclass
@@ -240,7 +243,7 @@ def _newly_nan(poisoned: torch.Tensor, clean: torch.Tensor) -> torch.Tensor:
 
 def _at_overflow_scale(call, top) -> torch.Tensor:
     magnitude = call.result.detach().double().abs()
-    reach = ~(magnitude < top) & ~_exact_infinity(call)     # beyond max, Inf or NaN in float64 already
+    reach = ~(magnitude < top) & ~_exact_nonfinite(call)     # beyond max, Inf or NaN in float64 already
     rule = PASSES_THROUGH.get(call.name)
     if rule is not None:
         try:
@@ -252,23 +255,16 @@ def _at_overflow_scale(call, top) -> torch.Tensor:
     return reach
 
 
-def _exact_infinity(call) -> torch.Tensor:
-    """Infinities a pointwise op computes from finite operands: a pole (1/0, log(0), pow(0, -3))
-    or float64's own overflow, which the dtype computes alike in any order. They are exact,
-    their sign too (1/-0.0 is -Inf), so not at the overflow scale: what they feed is judged."""
+def _exact_nonfinite(call) -> torch.Tensor:
+    """Non-finite results of an order-free function (ORDER_FREE): a pole (1/0, log(0)),
+    float64's own overflow (exp(1000)), or an Inf or NaN operand carried through (inf // 1 is
+    NaN, -inf is neg(inf)). The dtype computes them alike in any order, their sign too, so they
+    are not at the overflow scale: what they feed is judged. An operand that an order-dependent
+    node overflowed to is caught at that node, which _may_overflow poisons."""
     result = call.result.detach()
-    if call.name not in POINTWISE or not result.dtype.is_floating_point:
+    if call.name not in ORDER_FREE or not result.dtype.is_floating_point:
         return torch.zeros(result.shape, dtype=torch.bool)
-    exact = torch.isinf(result)
-    for operand in (*call.args, *call.kwargs.values()):
-        if isinstance(operand, torch.Tensor) and operand.dtype.is_floating_point:
-            try:
-                exact = exact & torch.isfinite(operand).broadcast_to(result.shape)
-            except RuntimeError:           # an operand shaped otherwise: at the overflow scale, as before
-                return torch.zeros(result.shape, dtype=torch.bool)
-        elif isinstance(operand, float) and not math.isfinite(operand):
-            return torch.zeros(result.shape, dtype=torch.bool)
-    return exact
+    return ~torch.isfinite(result)
 
 
 def _probe(runner, calls, outputs, eps, gen, dtype):

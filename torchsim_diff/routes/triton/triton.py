@@ -166,6 +166,11 @@ class _TritonRouteBase(Route):
                 compiled(*inputs)
         except torch._dynamo.exc.Unsupported as exc:
             raise Unsupported(f"dynamo cannot trace the program: {str(exc).splitlines()[0]}") from None
+        except Exception as exc:
+            if _no_gemm_choice(exc):
+                raise Unsupported("no Triton GEMM template fits this matmul (Inductor's NoValidChoicesError; "
+                                  "ATen's GEMM, the only other choice, is not Triton)") from None
+            raise
         finally:
             shims.set_launch_handler(lambda launch: launch.execute())
             ctx.metrics["t_kernels_compile"] = timed.seconds
@@ -179,6 +184,20 @@ class _TritonRouteBase(Route):
         if not isinstance(tensor, torch.Tensor):
             return tensor
         return copy_with_layout(tensor, self.device if self.device != "cpu" else None)
+
+
+def _no_gemm_choice(exc: BaseException) -> bool:
+    """Inductor offered no GEMM template for a matmul's sizes: the route allows Triton templates
+    alone (routes/triton/shims.py), so such a case tests nothing of Triton. Templates that were
+    offered and all failed to compile raise the same error with another reason: a failure."""
+    from torch._inductor.select_algorithm import NoValidChoicesError
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, NoValidChoicesError):
+            return "No choices exist for backend" in str(exc)
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class _LazySources(dict):
