@@ -163,3 +163,18 @@ def test_a_plain_repro_runs_where_torchsim_diff_cannot_be_imported(tmp_path):
         probe = "import importlib.util as u, torch; print(u.find_spec('torchsim_diff'))"
         done = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=str(tmp_path))
         assert python != sys.executable and done.stdout.strip() == "None", done.stderr
+
+
+def test_the_issue_text_quotes_the_self_checks_run_of_repro_not_the_unreduced_message(tmp_path):
+    """A campaign's bundle quotes the recorded message, the unreduced case's; once its repro.py
+    (of the reduced case) has run, ISSUE.md quotes what that run printed."""
+    from torchsim_diff.report.bundles import OUTPUT_HEADING
+    from torchsim_diff.triage.self_check import run_repro
+    (tmp_path / "repro.py").write_text("import sys\nprint('output 0: 1 / 1 elements differ')\nprint('REPRODUCES')\n"
+                                       "sys.exit(1)\n")
+    recorded = "output 0: non-finite pattern differs\nMismatched elements: 2 / 33 (6.1%)"
+    (tmp_path / "ISSUE.md").write_text(f"# title\n\n{OUTPUT_HEADING}\n\n```\n{recorded}\n```\n\n### Versions\n")
+    assert run_repro(str(tmp_path)) == (1, "REPRODUCES")
+    issue = (tmp_path / "ISSUE.md").read_text()
+    assert "2 / 33" not in issue and "### Versions" in issue
+    assert f"{OUTPUT_HEADING}\n\n```\noutput 0: 1 / 1 elements differ\nREPRODUCES\n$ echo $?  # 1\n```\n" in issue

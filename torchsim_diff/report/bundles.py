@@ -456,11 +456,34 @@ def _outcome(bundle: str, python: str, timeout_s: float) -> tuple:
 def run_script(bundle: str, python: str = sys.executable, timeout_s: float = 300) -> str:
     """repro.py's output (last 40 lines) and exit status."""
     status, out, _err = run_repro(bundle, python, timeout_s)
+    return quoted_run(bundle, status, out, timeout_s)
+
+
+def quoted_run(bundle: str, status, out: str, timeout_s: float) -> str:
+    """A run of the bundle's repro.py as ISSUE.md quotes it: its last 40 lines of output and
+    its exit status."""
     if status == TIMED_OUT:
         return f"(no result within {timeout_s:g} s)"
     out = out.replace(os.path.abspath(bundle) + os.sep, "")     # the folder it ran in is the exporter's
     lines = out.rstrip("\n").splitlines()[-40:]
     return "\n".join(lines + [f"$ echo $?  # {status}"])
+
+
+def requote_run(bundle: str, quoted: str) -> None:
+    """Put what a run of repro.py printed into the bundle's ISSUE.md, in place of what it
+    quoted before (a campaign's bundle quotes the recorded message, which is the unreduced
+    case's: the reduced case repro.py runs prints other figures)."""
+    path = os.path.join(bundle, "ISSUE.md")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError:
+        return
+    opening = f"{OUTPUT_HEADING}\n\n```\n"
+    start = text.find(opening)
+    end = text.find("\n```\n", start + len(opening)) if start >= 0 else -1
+    if end >= 0:
+        _write_text(path, text[:start + len(opening)] + quoted.strip() + text[end:])
 
 
 TIMED_OUT = "timeout"
@@ -689,6 +712,9 @@ def _files_under(folder: str, start: str) -> list:
 
 
 # -- ISSUE.md ------------------------------------------------------------------------------
+OUTPUT_HEADING = "Output of `python repro.py`:"
+
+
 def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, shims: list | None = None,
                  repro_output: str | None = None, analysis: str = "", heading: str = "") -> str:
     """The issue text in the upstream project's template sections, in its own terms. shims:
@@ -705,7 +731,7 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     parts += ["", analysis] if analysis else []
     if record.upstream and record.upstream.startswith("https://"):
         parts += ["", f"Related: {record.upstream}"]
-    parts += ["", "```python", script.rstrip("\n"), "```", "", "Output of `python repro.py`:", "", "```",
+    parts += ["", "```python", script.rstrip("\n"), "```", "", OUTPUT_HEADING, "", "```",
               (repro_output or record.message or "").strip(), "```", ""]
     parts += _beside_the_script(record, case, bundle, shims)
     text = launch_versions_text() if launch else versions_text(record, case, kernel_only)
