@@ -12,7 +12,7 @@ from torchsim_diff.timing import checks
 from torchsim_diff.timing.kernel_timing import read_timings
 from torchsim_diff.timing.known_defects import BadDefect, known_defects
 from torchsim_diff.timing.togsim_buckets import bucket_key, write_bucket
-from torchsim_diff.timing.togsim_log import parse_log
+from torchsim_diff.timing.togsim_log import TOGSimFigures, parse_log
 from torchsim_diff.timing.togsim_runner import availability
 from torchsim_diff.triage.causes import read_causes
 from torchsim_diff.triage.corpus import iter_entries
@@ -83,6 +83,35 @@ def test_the_vector_idle_failure_is_the_known_defect(tmp_path, run_folder):
     assert known[bucket.key].project == "TOGSim" and known[bucket.key].status == "no upstream issue found"
 
 
+def test_a_vector_unit_active_past_its_work_or_the_run_is_the_known_finish_cycle_defect(tmp_path, run_folder):
+    from torchsim_diff.timing.tog_kernels import ElementwiseTiling, elementwise
+    known = known_defects(LEDGER)
+    tog = elementwise(ElementwiseTiling(8, 8, 8, 8, inputs=1, elements_per_cycle=16, element_size=2))
+    past_work = checks.units_work(recorded("vector_idle.log"), tog)
+    # the triton-spike sort kernel: 903 vector instructions, each counted one cycle long
+    core = recorded("vector_idle.log").cores[0]
+    long_kernel = type(core)(0, 36047110, core.systolic_arrays, type(core.vector)(36047760, 0), core.dma, 0, {})
+    past_run = checks.units_busy(TOGSimFigures(36047110, (long_kernel,), 1000, 32, 1.0))
+    for verdict in (past_work, past_run):
+        bucket = write_bucket(str(tmp_path), verdict, run_folder, command(run_folder), known=known)
+        assert not verdict and bucket.known == "togsim-vector-active-counts-finish-cycle", verdict.message
+    assert bucket_key(checks.units_busy(figures_with_dma_active(10**9))) not in known
+
+
+def figures_with_dma_active(active: int) -> TOGSimFigures:
+    core = recorded("vector_idle.log").cores[0]
+    return TOGSimFigures(core.cycles, (type(core)(0, core.cycles, core.systolic_arrays, core.vector,
+                                                  type(core.dma)(active, 0), 0, {}),), 1000, 32, 1.0)
+
+
+def test_also_buckets_must_be_a_list_of_keys(tmp_path):
+    (tmp_path / "togsim-x").mkdir()
+    fields = dict(title="t", project="TOGSim", status="s", upstream="", bucket="k", also_buckets="k2")
+    (tmp_path / "togsim-x" / "defect.json").write_text(json.dumps(fields))
+    with pytest.raises(BadDefect, match="also_buckets must be a list"):
+        known_defects(str(tmp_path))
+
+
 def test_a_systolic_array_off_too_is_not_the_known_defect():
     figures = recorded("vector_idle.log")
     core = figures.cores[0]
@@ -91,12 +120,15 @@ def test_a_systolic_array_off_too_is_not_the_known_defect():
     assert bucket_key(verdict) not in known_defects(LEDGER)
 
 
-def test_the_defect_folder_holds_its_minimal_reproducer():
-    names = set(os.listdir(DEFECT))
+@pytest.mark.parametrize("name,function", [("togsim-vector-idle-not-accumulated", "Core::update_stats"),
+                                           ("togsim-vector-active-counts-finish-cycle", "Core::vu_cycle")])
+def test_the_defect_folder_holds_its_minimal_reproducer(name, function):
+    folder = os.path.join(LEDGER, name)
+    names = set(os.listdir(folder))
     assert {"defect.json", "note.md", "tile_graph.onnx", "tile_graph.attr.json", "config.json", "command.txt"} <= names
-    with open(os.path.join(DEFECT, "note.md")) as handle:
+    with open(os.path.join(folder, "note.md")) as handle:
         note = handle.read()
-    assert "Core::update_stats" in note and "no upstream issue found" in note
+    assert function in note and "no upstream issue found" in note
 
 
 def test_the_case_loaders_skip_defect_folders():

@@ -101,6 +101,39 @@ def test_more_cores_fails_beyond_the_slack():
     assert not verdict and verdict.figures["more_cores"] == 2 and "1.11x" in verdict.message
 
 
+def _matmul_and_vector(tiles: int, matmul_cycles: int, vector_cycles: int) -> TOG:
+    return TOG("t", (Loop("m", tiles, (Compute(matmul_cycles, ComputeKind.MATMUL),
+                                       Compute(vector_cycles, ComputeKind.VECTOR)), LoopKind.OUTER),), {})
+
+
+def test_units_work_holds_where_each_kind_is_active_at_most_for_its_computes():
+    tog = _matmul_and_vector(4, 10, 3)      # 40 matmul cycles, 12 vector cycles
+    assert checks.units_work(figures(100, systolic_active=40, vector_active=12), tog)
+    assert checks.units_work(figures(100, systolic_active=38, vector_active=0), tog)
+
+
+def test_units_work_holds_on_the_recorded_gemm_whose_arrays_are_active_exactly_for_their_computes():
+    from torchsim_diff.timing.tog_kernels import GemmTiling, gemm
+    tog = gemm(GemmTiling(128, 128, 128, 64, 64, 64, async_loads=True))     # 8 tiles of 1024 cycles
+    verdict = checks.units_work(recorded("gemm_c1.log"), tog)
+    assert verdict and verdict.figures["active"]["systolic"] == verdict.figures["work"]["systolic"] == 8192
+
+
+@pytest.mark.parametrize("unit,kind", [("systolic_active", "systolic"), ("vector_active", "vector")])
+def test_units_work_fails_on_a_kind_active_one_cycle_past_its_computes(unit, kind):
+    verdict = checks.units_work(figures(100, **{unit: {"systolic": 41, "vector": 13}[kind]}), _matmul_and_vector(4, 10, 3))
+    assert not verdict and verdict.message.startswith(f"{kind} units active longer")
+    assert verdict.figures["work"] == {"systolic": 40, "vector": 12}
+
+
+def test_units_work_fails_on_the_recorded_vector_unit_that_counts_an_instructions_last_cycle():
+    # the known defect's run: one vector compute of 64 / 16 = 4 cycles, reported as 5 active
+    from torchsim_diff.timing.tog_kernels import ElementwiseTiling, elementwise
+    tog = elementwise(ElementwiseTiling(8, 8, 8, 8, inputs=1, elements_per_cycle=16, element_size=2))
+    verdict = checks.units_work(recorded("vector_idle.log"), tog)
+    assert not verdict and verdict.figures["active"]["vector"] == 5 and verdict.figures["work"]["vector"] == 4
+
+
 def test_units_accounted_holds_where_every_unit_adds_up():
     consistent = CoreFigures(0, 100, (Unit(40, 60),), Unit(10, 90), Unit(30, 70), 0, {})
     assert checks.units_accounted(TOGSimFigures(100, (consistent,), 1000, 32, 64.0))

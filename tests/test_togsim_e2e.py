@@ -52,6 +52,11 @@ def test_dram_bytes_cover_every_tile_loaded_and_stored(tmp_path):
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# the checks every run with a vector compute fails, by TOGSim's vector-unit statistics
+KNOWN_VECTOR_DEFECTS = {"units_accounted": "togsim-vector-idle-not-accumulated",
+                        "units_work": "togsim-vector-active-counts-finish-cycle"}
+
+
 def test_a_triton_spike_cases_kernels_run_through_togsim_and_the_checks(tmp_path):
     from torchsim_diff.timing.kernel_timing import (RouteUnavailable, Settings, read_case, route_server,
                                                     time_case)
@@ -68,8 +73,8 @@ def test_a_triton_spike_cases_kernels_run_through_togsim_and_the_checks(tmp_path
         assert timing.outcome == "ok" and timing.cycles > 0 and timing.instret > 0
         assert timing.dram_ratio >= 1 and timing.compute_ratio >= 1
         failed = {v["check"]: v for v in timing.verdicts if not v["passed"]}
-        assert set(failed) <= {"units_accounted"}, failed
-        assert all(v["known"] == "togsim-vector-idle-not-accumulated" for v in failed.values())
+        assert set(failed) <= set(KNOWN_VECTOR_DEFECTS), failed
+        assert all(v["known"] == KNOWN_VECTOR_DEFECTS[check] for check, v in failed.items())
 
 
 @pytest.mark.parametrize("tiling", SWEEP, ids=lambda t: f"{t.m}x{t.n}x{t.k}/{t.tm}")

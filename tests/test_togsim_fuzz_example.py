@@ -47,7 +47,7 @@ def by_check(verdicts) -> dict:
 
 def test_every_check_gets_a_verdict_and_a_sound_model_passes_them(tmp_path):
     verdicts = by_check(examine(fake(tmp_path, "100000"), TILING, HARDWARE, timeout_s=30))
-    assert set(verdicts) == {"run", "dram_bound", "compute_bound", "units_busy", "units_accounted",
+    assert set(verdicts) == {"run", "dram_bound", "compute_bound", "units_busy", "units_work", "units_accounted",
                              "determinism", "more_work", "more_cores", "tiling"}
     assert all(verdicts.values()), [v.message for v in verdicts.values() if not v]
 

@@ -173,4 +173,4 @@ def test_a_spike_cases_linalg_kernels_run_through_togsim_and_the_checks(tmp_path
         assert row["outcome"] == "ok" and row["cycles"] > 0 and row["instret"] > 0
         assert row["dram_ratio"] >= 1 and row["compute_ratio"] >= 1
         failed = [v for v in row["verdicts"] if not v["passed"]]
-        assert all(v["check"] == "units_accounted" and v["known"] for v in failed), failed
+        assert all(v["check"] in ("units_accounted", "units_work") and v["known"] for v in failed), failed

@@ -110,3 +110,19 @@ def test_exit_zero_without_a_core_line_is_an_incomplete_log(tmp_path):
     install = fake_togsim(tmp_path, f"print(open({str(tmp_path / 'log.txt')!r}).read())")
     result = run(install, tmp_path)
     assert result.outcome is Outcome.INCOMPLETE_LOG and "Vector unit" in result.message
+
+
+def test_simulate_in_a_folder_named_relative_to_here_finds_its_files(tmp_path, monkeypatch):
+    """TOGSim runs inside the folder: the files it is given must not be named relative to ours."""
+    from torchsim_diff.timing.hw_config import HardwareConfig
+    from torchsim_diff.timing.tog_kernels import ElementwiseTiling, elementwise
+    from torchsim_diff.timing.togsim_runner import simulate
+    pytest.importorskip("onnx")
+    (tmp_path / "log.txt").write_text(real_log_text())
+    install = fake_togsim(tmp_path, "import sys\nargs = sys.argv[1:]\n"
+                                    "missing = [a for a in args[1::2] if not os.path.isfile(a)]\n"
+                                    f"print(open({str(tmp_path / 'log.txt')!r}).read() if not missing else missing)")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run").mkdir()
+    result = simulate(install, elementwise(ElementwiseTiling(8, 8, 8, 8)), HardwareConfig(), "run")
+    assert result.outcome is Outcome.OK, result.message

@@ -6,8 +6,8 @@ bucket with its evidence. Three families:
 
 - determinism: the same TOG and config give the same cycles;
 - physical bounds: a run cannot beat its DRAM's peak bandwidth or its compute units' count,
-  no unit is busy for more cycles than the run lasts, and each unit's active and idle cycles
-  add up to the run;
+  no unit is busy for more cycles than the run lasts or than the TOG gives it work for, and
+  each unit's active and idle cycles add up to the run;
 - metamorphic: more work never takes fewer cycles; the same work cut into more tiles stays
   within a stated factor; more cores never make it slower beyond a stated factor.
 
@@ -53,6 +53,13 @@ def determinism(first: TOGSimFigures, second: TOGSimFigures) -> Verdict:
 
 
 # -- physical bounds -----------------------------------------------------------------------
+def one_run(figures: TOGSimFigures, tog: TOG, hardware) -> list:
+    """The checks one run's figures answer alone (hardware: its hw_config.HardwareConfig)."""
+    return [dram_bound(figures, hardware.peak_dram_bytes_per_core_cycle()),
+            compute_bound(figures, tog, hardware.systolic_arrays_per_core),
+            units_busy(figures), units_work(figures, tog), units_accounted(figures)]
+
+
 def dram_bound(figures: TOGSimFigures, peak_bytes_per_cycle: float) -> Verdict:
     """cycles >= DRAM bytes / peak bytes per core cycle."""
     floor = figures.dram_bytes() / peak_bytes_per_cycle
@@ -93,6 +100,22 @@ def units_busy(figures: TOGSimFigures) -> Verdict:
     return _verdict("units_busy", not over,
                     f"{len(over)} unit(s) busy longer than the run, e.g. {worst} active {over.get(worst)} cycles",
                     over_busy=over, cycles=figures.total_cycles)
+
+
+def units_work(figures: TOGSimFigures, tog: TOG) -> Verdict:
+    """No kind of compute unit is active for more cycles, over all cores, than the TOG's
+    computes of that kind cost in all (TOG.compute_work): a unit is active only while it
+    computes. The message names the kinds over, so that one defect makes one bucket."""
+    work = tog.compute_work()
+    given = {"systolic": work[ComputeKind.MATMUL] + work[ComputeKind.PRELOAD], "vector": work[ComputeKind.VECTOR]}
+    active = {"systolic": sum(sa.active for core in figures.cores for sa in core.systolic_arrays),
+              "vector": sum(core.vector.active for core in figures.cores)}
+    over = {kind: (active[kind], given[kind]) for kind in given if active[kind] > given[kind]}
+    worst = next(iter(over), None)
+    return _verdict("units_work", not over,
+                    f"{' and '.join(over)} units active longer than the TOG's {' and '.join(over)} computes cost, "
+                    f"e.g. {worst} active {over.get(worst, (0, 0))[0]} cycles for {over.get(worst, (0, 0))[1]} "
+                    f"cycles of compute", active=active, work=given)
 
 
 def units_accounted(figures: TOGSimFigures) -> Verdict:

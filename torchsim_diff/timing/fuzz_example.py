@@ -25,9 +25,7 @@ def examine(install: TOGSimInstall, tiling, hardware: HardwareConfig, timeout_s:
     if base.outcome is not Outcome.OK:
         return verdicts
     figures, tog = base.figures, build(tiling)
-    verdicts += [checks.dram_bound(figures, hardware.peak_dram_bytes_per_core_cycle()),
-                 checks.compute_bound(figures, tog, hardware.systolic_arrays_per_core),
-                 checks.units_busy(figures), checks.units_accounted(figures)]
+    verdicts += checks.one_run(figures, tog, hardware)
     for name, variant, compare in _variants(tiling, hardware):
         other = _run(install, *variant, timeout_s)
         verdicts.append(compare(figures, other.figures) if other.outcome is Outcome.OK

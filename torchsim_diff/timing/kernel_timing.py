@@ -132,9 +132,7 @@ def time_tog(case_id: str, name: str, tog: TOG, instret: int, settings: Settings
 
 def kernel_verdicts(tog: TOG, base: RunResult, settings: Settings, folder: str) -> list:
     hardware, figures = settings.hardware, base.figures
-    verdicts = [checks.dram_bound(figures, hardware.peak_dram_bytes_per_core_cycle()),
-                checks.compute_bound(figures, tog, hardware.systolic_arrays_per_core),
-                checks.units_busy(figures), checks.units_accounted(figures)]
+    verdicts = checks.one_run(figures, tog, hardware)
     again = simulate(settings.install, tog, hardware, _fresh(folder + ".again"), settings.timeout_s)
     if again.outcome is Outcome.OK:
         verdicts.append(checks.determinism(figures, again.figures))

@@ -5,9 +5,12 @@ of its own, told apart from the value bugs' cause folders by its `defect.json`:
 
     corpora/known/togsim-<name>/defect.json   {"title": ..., "project": "TOGSim",
                                               "status": ..., "upstream": URL or "",
-                                              "bucket": the bucket key it explains}
+                                              "bucket": the bucket key of its minimal TOG,
+                                              "also_buckets": [keys of other checks it
+                                              fails where it is large enough] (optional)}
     corpora/known/togsim-<name>/note.md       the defect in TOGSim's terms, and its evidence
-    corpora/known/togsim-<name>/reproducer/   the minimal TOG, config.json and command
+    corpora/known/togsim-<name>/*             the minimal TOG (tile_graph.onnx and .attr.json),
+                                              config.json and command.txt
 
 The case loaders (`triage.corpus`, `triage.causes`) skip such folders: they hold no case.
 """
@@ -33,6 +36,7 @@ class KnownDefect:
     status: str
     upstream: str
     bucket: str
+    also_buckets: tuple = ()
 
 
 def is_defect_folder(path: str) -> bool:
@@ -48,7 +52,10 @@ def read_defect(folder: str) -> KnownDefect:
         raise BadDefect(f"{path}: {error}") from None
     if not isinstance(raw, dict) or not all(isinstance(raw.get(key), str) for key in FIELDS):
         raise BadDefect(f"{path}: needs text fields {', '.join(FIELDS)}")
-    return KnownDefect(os.path.basename(os.path.normpath(folder)), *(raw[key] for key in FIELDS))
+    also = raw.get("also_buckets", [])
+    if not isinstance(also, list) or not all(isinstance(key, str) for key in also):
+        raise BadDefect(f"{path}: also_buckets must be a list of bucket keys")
+    return KnownDefect(os.path.basename(os.path.normpath(folder)), *(raw[key] for key in FIELDS), tuple(also))
 
 
 def known_defects(ledger: str) -> dict:
@@ -56,4 +63,5 @@ def known_defects(ledger: str) -> dict:
     if not os.path.isdir(ledger):
         return {}
     folders = (os.path.join(ledger, name) for name in sorted(os.listdir(ledger)))
-    return {defect.bucket: defect for defect in map(read_defect, filter(is_defect_folder, folders))}
+    return {key: defect for defect in map(read_defect, filter(is_defect_folder, folders))
+            for key in (defect.bucket, *defect.also_buckets)}

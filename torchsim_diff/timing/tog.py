@@ -140,10 +140,18 @@ class TOG:
     def compute_occupancy(self) -> dict:
         """Busy cycles per compute kind over the whole run: each compute's occupancy times the
         trip counts of its loops (what at least one unit of that kind must spend)."""
+        return self._compute_totals(Compute.occupancy)
+
+    def compute_work(self) -> dict:
+        """Cycles of compute per kind over the whole run: each compute's whole cost times the
+        trip counts of its loops (the most the units of that kind can be busy with it)."""
+        return self._compute_totals(lambda node: node.cycles)
+
+    def _compute_totals(self, cost) -> dict:
         totals = {kind: 0 for kind in ComputeKind}
         for node, loops in self.walk():
             if isinstance(node, Compute):
-                totals[node.kind] += node.occupancy() * math.prod(l.trip_count() for l in loops)
+                totals[node.kind] += cost(node) * math.prod(l.trip_count() for l in loops)
         return totals
 
     def outer_tiles(self) -> int:

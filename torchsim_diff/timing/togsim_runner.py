@@ -169,6 +169,7 @@ def simulate(install: TOGSimInstall, tog, hardware, folder: str,
     """Write `tog` (a `tog.TOG`) and the hardware config into `folder` and run TOGSim on them.
     `hardware` is a `HardwareConfig`; the install's own config file, when it has one, wins."""
     from torchsim_diff.timing.tog_writer import write_tog   # needs onnx (extra `togsim`)
+    folder = os.path.abspath(folder)        # TOGSim runs in it: paths relative to here would miss
     onnx_path, attr_path = write_tog(tog, folder)
     config_path = install.config or hardware.write(os.path.join(folder, "config.json"))
     return run_togsim(install, onnx_path, attr_path, config_path, folder, timeout_s)
