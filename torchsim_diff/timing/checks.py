@@ -110,12 +110,11 @@ def units_work(figures: TOGSimFigures, tog: TOG) -> Verdict:
     given = {"systolic": work[ComputeKind.MATMUL] + work[ComputeKind.PRELOAD], "vector": work[ComputeKind.VECTOR]}
     active = {"systolic": sum(sa.active for core in figures.cores for sa in core.systolic_arrays),
               "vector": sum(core.vector.active for core in figures.cores)}
-    over = {kind: (active[kind], given[kind]) for kind in given if active[kind] > given[kind]}
-    worst = next(iter(over), None)
+    over = [kind for kind in given if active[kind] > given[kind]]
+    kinds, worst = " and ".join(over), next(iter(over), "vector")
     return _verdict("units_work", not over,
-                    f"{' and '.join(over)} units active longer than the TOG's {' and '.join(over)} computes cost, "
-                    f"e.g. {worst} active {over.get(worst, (0, 0))[0]} cycles for {over.get(worst, (0, 0))[1]} "
-                    f"cycles of compute", active=active, work=given)
+                    f"{kinds} units active longer than the TOG's {kinds} computes cost, e.g. {worst} active "
+                    f"{active[worst]} cycles for {given[worst]} cycles of compute", active=active, work=given)
 
 
 def units_accounted(figures: TOGSimFigures) -> Verdict:
