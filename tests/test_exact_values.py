@@ -56,3 +56,13 @@ def test_repro_py_text_keeps_every_value_bit_exact(dtype_name):
                                "case_id": case.case_id, "ops": ["neg"], "case": case.to_dict()})
     (built,) = inputs_built_by(render_script(record, case))
     assert built["bits"] == bits(data)
+
+
+@pytest.mark.parametrize("dtype_name", ["float32", "int64", "bool"])
+def test_a_zero_size_input_with_explicit_data_materializes_empty(dtype_name):
+    case = make_case([{"id": "v0", "op": "neg", "args": ["x0"], "attrs": {}}],
+                     [("x0", [0], [1], 0, 0, {"dtype": dtype_name})], ["v0"], dtype="float32")
+    spec = case.to_dict()
+    spec["inputs"][0]["data"] = values.encode(torch.empty(0, dtype=layout.dtype_of(dtype_name)))
+    view = layout.materialize(Case.from_dict(spec).inputs[0], 0, 0, False)
+    assert view.shape == (0,) and view.dtype == layout.dtype_of(dtype_name)

@@ -183,7 +183,8 @@ def decode(text: str, dtype: torch.dtype, size: int) -> torch.Tensor:
     item = torch.empty((), dtype=dtype).element_size()
     if len(raw) != size * item:
         raise ValueError(f"explicit data holds {len(raw)} bytes; storage of {size} x {dtype} needs {size * item}")
-    flat = torch.frombuffer(raw, dtype=torch.uint8)
+    # frombuffer refuses an empty buffer, and a zero-size storage is a valid case
+    flat = torch.frombuffer(raw, dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
     if dtype == torch.bool:
         return flat.to(torch.bool).clone()
     return flat.view(dtype).clone()
