@@ -108,6 +108,29 @@ def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_ca
 
 @pytest.mark.e2e
 @pytest.mark.slow
+def test_triton_cuda_script_compiles_on_the_gpu_and_compares_on_the_cpu(inductor_record, inout_case, tmp_path):
+    """Without a GPU it exits 2. With its device made the CPU (the one edit), the known Inductor
+    bug reproduces and an in/out case passes: what the compiled run wrote comes back whole."""
+    record = inductor_record.with_fields(route="triton-cuda")
+    failing = bundles.write_bundle(record, str(tmp_path / "failing"))
+    passing = bundles.write_bundle(record.with_fields(case=inout_case.to_dict()), str(tmp_path / "passing"))
+    assert 'compiled(*inputs(device="cuda"))' in open(os.path.join(failing, "repro.py")).read()
+    if not torch.cuda.is_available():
+        done = _run_script(sys.executable, failing)
+        assert done.returncode == 2 and "cannot run here: no CUDA GPU" in done.stdout, done.stdout + done.stderr
+    for bundle in (failing, passing):
+        path = os.path.join(bundle, "repro.py")
+        text = open(path).read().replace('device="cuda"', 'device="cpu"').replace("torch.cuda.is_available()", "True")
+        open(path, "w").write(text)
+    with ThreadPoolExecutor(2) as pool:
+        bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
+    assert bug.returncode == 1 and "eager    16\n  compiled 8" in bug.stdout, bug.stdout + bug.stderr
+    assert fixed.returncode == 0 and "FIXED" in fixed.stdout, fixed.stdout + fixed.stderr
+    assert "on_host(gx)" in open(os.path.join(passing, "repro.py")).read()
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_torch_only_venv_cannot_import_the_harness(torch_venv):
     """Guards the test above: a script importing torchsim_diff would fail there."""
     probe = "import torch, importlib.util as u; print(torch.__version__, u.find_spec('torchsim_diff'))"

@@ -188,8 +188,16 @@ ROUTE_SETUP = {     # route -> (import line before torch, the compiler's name in
     "inductor": ("", TORCH_COMPILE),
     "triton": ("import triton_shims  # first: TRITON_INTERPRET=1, and Inductor's Triton kernels for CPU tensors",
                TORCH_COMPILE),
+    "triton-cuda": ("", TORCH_COMPILE),
 }
-COMPILE_ROUTES = ("inductor", "triton")    # torch.compile with the campaign's settings (compile_setup)
+COMPILE_ROUTES = ("inductor", "triton", "triton-cuda")    # torch.compile with the campaign's settings (compile_setup)
+# Routes whose compiled program runs on inputs copied to a device (eager and float64 stay on
+# the CPU), and the line that says why a machine cannot run it.
+ROUTE_DEVICE = {"triton-cuda": ("cuda", 'if not torch.cuda.is_available():\n'
+                                        '    sys.exit(print("cannot run here: no CUDA GPU") or 2)')}
+# The route's matmul and convolution go through Inductor's Triton templates (routes.triton.shims.enable_triton_gemm)
+TEMPLATE_GEMM = ['torch._inductor.config.max_autotune_gemm = True  # matmul and conv as Triton templates',
+                 'torch._inductor.config.max_autotune_gemm_backends = "TRITON"']
 LOW_PRECISION = ("float16", "bfloat16")
 
 
@@ -202,10 +210,17 @@ def compile_setup(record: Record, case: Case | None = None) -> str:
     dynamic = bool(record.dynamic) if isinstance(record.dynamic, bool) else chosen["dynamic"] is True
     mode = "" if chosen["mode"] == "default" else f", mode={chosen['mode']!r}"
     lines = ["torch._inductor.config.force_disable_caches = True  # compile afresh"]
+    if record.route == "triton-cuda" and (case is None or _has_template_op(case)):
+        lines += TEMPLATE_GEMM
     if case is None or case.dtype in LOW_PRECISION or not chosen["emulate_precision_casts"]:
         lines.append(f"torch._inductor.config.emulate_precision_casts = {bool(chosen['emulate_precision_casts'])}")
     lines.append(f"compiled = torch.compile(program, fullgraph=True, dynamic={dynamic}{mode})")
     return "\n".join(lines)
+
+
+def _has_template_op(case: Case) -> bool:
+    from torchsim_diff.ops import get_op
+    return any(get_op(n["op"]).family == "matmul" for n in case.nodes)     # convolutions too
 
 
 def compile_settings(record: Record) -> dict:
@@ -243,7 +258,7 @@ ROUTE_SETUP.update({route: ("", "torch-mlir") for route in IMPORT_ONLY})
 # mlir_host.py the bundle ships.
 HOST_SETUP = ("import mlir_host  # beside this script: torch-mlir's linalg lowered to LLVM and run here",
               "compiled = lambda *xs: mlir_host.run(program, xs)")
-TOOLCHAIN = {"triton": "triton", "eager": "", "inductor": "C++ compiler", "mlir": "torch-mlir",
+TOOLCHAIN = {"triton": "triton", "triton-cuda": "CUDA GPU", "eager": "", "inductor": "C++ compiler", "mlir": "torch-mlir",
              "spike": "torch-mlir"}
 
 
@@ -288,10 +303,12 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
         setup = compile_setup(record, case)
     else:
         setup = "compiled = program"
-    inputs, reads_file = plain_script.inputs_source(case, record.kind)
+    device, device_check = ROUTE_DEVICE.get(route, (None, None))
+    inputs, reads_file = plain_script.inputs_source(case, record.kind, device)
     imports = (["import os"] if reads_file else []) + ["import sys", "try:"]
     imports += ([f"    {env}"] if env else []) + ["    import torch"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
+    imports += [device_check] if device_check else []
     body = [_program_source(case), inputs]
     if record.kind == "timeout":
         body.insert(0, _WATCHDOG)
@@ -300,7 +317,7 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
     # (eager may reject the program of an invalid_case)
     tols = plain_script.tolerances(case, load_program(case.program_source())) \
         if kind in Kind.values_where("value_failure") else []
-    body.append(setup + "\n" + plain_script.run_source(case, kind, tols, compiler))
+    body.append(setup + "\n" + plain_script.run_source(case, kind, tols, compiler, device))
     text = docstring(doc) + "\n" + "\n".join(imports) + "\n\n\n" + "\n\n".join(body)
     return check_script(text.rstrip("\n") + "\n", doc)
 

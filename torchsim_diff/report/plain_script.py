@@ -85,13 +85,16 @@ def _rounded_up(x: float) -> float:
 
 
 # -- inputs -------------------------------------------------------------------------------
-def inputs_source(case: Case, kind: str | None) -> tuple:
-    """(text of `def inputs(dtype)`, whether it reads inputs.pt)."""
-    lines = [f"def inputs(dtype=torch.{case.dtype}):  # the failing sizes, strides and storage offsets"]
+def inputs_source(case: Case, kind: str | None, device: str | None = None) -> tuple:
+    """(text of `def inputs(dtype)`, whether it reads inputs.pt); with a `device`, `inputs`
+    also takes the device its storages go to (the CPU by default)."""
+    where = ', device="cpu"' if device else ""
+    lines = [f"def inputs(dtype=torch.{case.dtype}{where}):  # the failing sizes, strides and storage offsets"]
     reads_file = False
     for k, spec in enumerate(case.inputs):
         storage, from_file = _storage_source(case, k, kind)
         reads_file |= from_file
+        storage += ".to(device)" if device else ""
         lay = spec["layout"]
         offset = f", {lay['offset']}" if lay["offset"] else ""
         lines.append(f"    {spec['name']} = {storage}.as_strided({tuple(spec['shape'])}, {tuple(lay['strides'])}{offset})")
@@ -154,27 +157,32 @@ def number(v) -> str:
 
 
 # -- the check ----------------------------------------------------------------------------
-def run_source(case: Case, kind: str | None, tols: list, compiler: str) -> str:
-    """The lines after `compiled = ...`: run eager, float64 and compiled; compare."""
+def run_source(case: Case, kind: str | None, tols: list, compiler: str, device: str | None = None) -> str:
+    """The lines after `compiled = ...`: run eager, float64 and compiled; compare. With a
+    `device`, the compiled program runs on inputs there, and what it returns and writes is
+    compared on the CPU, storages whole (on_host)."""
+    on_device = f'inputs(device="{device}")' if device else "inputs()"
     if kind in Kind.values_where("no_values"):
         return "\n".join([
             "try:",
-            "    compiled(*inputs())",
+            f"    compiled(*{on_device})",
             f"except Exception as exc:  # {compiler} failing is the bug",
             '    sys.exit(print(f"REPRODUCES: {type(exc).__name__}: {exc}") or 1)',
             'print("FIXED: it compiles and runs")']) + "\n"
     mutated = [k for k, spec in enumerate(case.inputs) if spec.get("mutated")]
     keeps_inputs = bool(mutated) or kind == Kind.GUARD_VIOLATION.value
-    lines = [f"TOLERANCES = [{', '.join(t.literal() for t in tols)}]  # {_reasons(tols)}"]
+    lines = (ON_HOST if device else []) + [f"TOLERANCES = [{', '.join(t.literal() for t in tols)}]  # {_reasons(tols)}"]
     if keeps_inputs:
-        lines += ["rx, ex, gx = inputs(torch.float64), inputs(), inputs()",
+        lines += [f"rx, ex, gx = inputs(torch.float64), inputs(), {on_device}",
                   "reference, eager = program(*rx), program(*ex)"]
     else:
         lines += ["reference, eager = program(*inputs(torch.float64)), program(*inputs())"]
     lines += ["try:",
-              f"    got = compiled(*{'gx' if keeps_inputs else 'inputs()'})",
+              f"    got = compiled(*{'gx' if keeps_inputs else on_device})",
               f"except Exception as exc:  # {compiler} failing is the bug",
               '    sys.exit(print(f"REPRODUCES: {type(exc).__name__}: {exc}") or 1)']
+    if device:
+        lines.append("got" + (", gx = on_host(got), on_host(gx)" if keeps_inputs else " = on_host(got)"))
     if mutated:
         lines.append(f"reference, eager, got = ([*o, *(x[k] for k in {mutated})] for o, x in "
                      "((reference, rx), (eager, ex), (got, gx)))  # and the inputs it writes")
@@ -192,6 +200,17 @@ def run_source(case: Case, kind: str | None, tols: list, compiler: str) -> str:
         lines += GUARD_CHECK
     lines.append('print("FIXED: compiled agrees with eager")')
     return "\n".join(lines) + "\n"
+
+
+# Device results come back to the CPU with their whole storage (a view's .cpu() would drop
+# what lies outside it, which the guard check reads).
+ON_HOST = [
+    "def on_host(xs):  # each tensor on the CPU, the same view of a copy of its whole storage",
+    "    return [torch.empty(0, dtype=x.dtype).set_(x.untyped_storage().cpu(), x.storage_offset(), x.shape, x.stride())",
+    "            for x in xs]",
+    "",
+    "",
+]
 
 
 def _reasons(tols: list) -> str:
