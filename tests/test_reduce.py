@@ -96,6 +96,21 @@ def test_invalid_candidates_are_rejected():
     assert reduce._is_valid(case)
 
 
+def test_a_candidate_with_more_unique_indices_than_their_range_is_rejected():
+    """A shrunk target dim leaves index_put_'s 2 indices a range of 1: duplicates, whose write
+    wins is the route's choice (seen as a false triton-cuda finding)."""
+    case = make_case([{"id": "v0", "op": "index_put_", "args": ["x0", "x1", "x2"],
+                       "attrs": {"view": None, "accumulate": False}}],
+                     [("x0", [2, 2, 1], [2, 1, 1], 0, 4, {"mutated": True}),
+                      ("x1", [2], [1], 0, 2, {"dtype": "int64", "domain": {"kind": "unique_index", "high": 2, "dim": 0}}),
+                      ("x2", [2, 2, 1], [2, 1, 1], 0, 4, {})], ["v0"])
+    assert reduce._is_valid(case)
+    data = case.to_dict()
+    data["inputs"][0]["shape"], data["inputs"][0]["layout"]["storage_size"] = [1, 2, 1], 2
+    data["inputs"][1]["domain"]["high"] = 1
+    assert not reduce._is_valid(type(case).from_dict(data))
+
+
 def test_passing_case_is_refused(double_routes, tmp_path):
     case = _padded_case()
     with pytest.raises(reduce.ReduceError, match="does not fail"):
