@@ -111,6 +111,18 @@ def test_a_candidate_with_more_unique_indices_than_their_range_is_rejected():
     assert not reduce._is_valid(type(case).from_dict(data))
 
 
+def test_a_special_value_is_ablated_to_a_value_its_neighbours_do_not_hold():
+    """A subnormal among ones made 1.0 would hide a roll that moved it: the value it takes
+    must be new to the view, and inside every value domain."""
+    view = torch.tensor([1.0, 1.0, 1e-40, 0.5])
+    (without,) = reduce._without("subnormal", view == 1e-40, view)
+    replaced = without[2].item()
+    assert replaced not in (1.0, 0.5) and 0.5 <= replaced <= 1.0
+    assert without[[0, 1, 3]].tolist() == [1.0, 1.0, 0.5]
+    (plain,) = reduce._without("nan", torch.tensor([float("nan"), 2.0]).isnan(), torch.tensor([float("nan"), 2.0]))
+    assert plain.tolist() == [reduce.PLAIN_VALUE, 2.0]
+
+
 def test_passing_case_is_refused(double_routes, tmp_path):
     case = _padded_case()
     with pytest.raises(reduce.ReduceError, match="does not fail"):

@@ -2,6 +2,7 @@
 passing case does not, torch missing exits 2; tolerances, titles, projects, shims and inputs."""
 import ast
 import os
+import platform
 import subprocess
 import sys
 import venv
@@ -384,6 +385,11 @@ def test_repro_compiles_with_the_settings_the_campaign_compiled_with():
     text = compile_setup(record)
     assert "dynamic=True, mode='max-autotune-no-cudagraphs')" in text
     assert "emulate_precision_casts = False" in text and "force_disable_caches = True" in text
+    if platform.machine() in ("x86_64", "AMD64"):     # the default 256-bit vectors, not the host's widest
+        assert "cpp.simdlen = 256" in text
+    assert "cpp.simdlen = 1 " in compile_setup(record.with_fields(versions={"simdlen": 0}))
+    assert "simdlen" not in compile_setup(record.with_fields(versions={"simdlen": "host"}))
+    assert "simdlen" not in compile_setup(record.with_fields(route="triton"))
     hostile = record.with_fields(dynamic=None, versions={"mode": "default'); import os; ('", "dynamic": True})
     assert "import os" not in compile_setup(hostile) and "dynamic=True)" in compile_setup(hostile)
 

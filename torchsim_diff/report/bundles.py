@@ -206,12 +206,16 @@ def compile_setup(record: Record, case: Case | None = None) -> str:
     with (the record's versions and its dynamic decision), and Inductor's caches off: a
     kernel cached by an earlier compile would hide the bug, or show a fixed one. Only the
     settings that differ from torch's defaults, or matter for the case, are written."""
+    from torchsim_diff.routes import compile_options
     chosen = compile_settings(record)
     dynamic = bool(record.dynamic) if isinstance(record.dynamic, bool) else chosen["dynamic"] is True
     mode = "" if chosen["mode"] == "default" else f", mode={chosen['mode']!r}"
     lines = ["torch._inductor.config.force_disable_caches = True  # compile afresh"]
     if record.route == "triton-cuda" and (case is None or _has_template_op(case)):
         lines += TEMPLATE_GEMM
+    width = compile_options.inductor_simdlen(chosen["simdlen"]) if record.route == "inductor" else None
+    if width is not None:   # torch's default is the host's widest ISA, and a bug may live in one width only
+        lines.append(f"torch._inductor.config.cpp.simdlen = {width}  # the vector width the bug was found with")
     if case is None or case.dtype in LOW_PRECISION or not chosen["emulate_precision_casts"]:
         lines.append(f"torch._inductor.config.emulate_precision_casts = {bool(chosen['emulate_precision_casts'])}")
     lines.append(f"compiled = torch.compile(program, fullgraph=True, dynamic={dynamic}{mode})")

@@ -127,7 +127,7 @@ def compile_program(program, options: dict, case: dict | None = None, example_in
     chosen = settings(options)
     config.emulate_precision_casts = chosen["emulate_precision_casts"]
     config.freezing = chosen["freezing"]
-    config.cpp.simdlen = _inductor_simdlen(chosen["simdlen"])
+    config.cpp.simdlen = inductor_simdlen(chosen["simdlen"])
     dynamic = dynamic_for(options, case) if case is not None else chosen["dynamic"] is True
     mode = None if chosen["mode"] == "default" else chosen["mode"]
     if chosen["freezing"] and case is not None and example_inputs is not None:
@@ -135,7 +135,7 @@ def compile_program(program, options: dict, case: dict | None = None, example_in
     return torch.compile(program, backend="inductor", fullgraph=True, dynamic=dynamic, mode=mode)
 
 
-def _inductor_simdlen(chosen) -> int | None:
+def inductor_simdlen(chosen) -> int | None:
     """Inductor's cpp.simdlen for the setting: None lets it pick; a width the host has no ISA
     of (0 among them) gives scalar code. The default width is asked for on x86-64 hosts only."""
     import platform

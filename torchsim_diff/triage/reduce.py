@@ -1140,9 +1140,12 @@ def _single_ablations(case: Case):
             yield case.dtype, candidate
 
 
-# A special value's elements (NaN, Inf, subnormal) are replaced by this ordinary value (inside
-# every value domain); negative values are shifted up to it (_without).
-PLAIN_VALUE = 1.0
+# A special value's elements (NaN, Inf, subnormal) are replaced by the first of these ordinary
+# values (inside every value domain) that no other element of the view holds: replaced by a
+# value its neighbours hold, a subnormal in a view of ones would hide a roll or a permutation
+# that moved it, and be named the trigger. Negative values are shifted up to PLAIN_VALUE.
+PLAIN_VALUES = (1.0, 0.5, 0.75, 0.625, 0.875)
+PLAIN_VALUE = PLAIN_VALUES[0]
 
 
 def value_ablations(case: Case):
@@ -1170,10 +1173,17 @@ def _without(value_class: str, where: torch.Tensor, view: torch.Tensor) -> list:
     values made their magnitude (magnitudes kept), and every finite value shifted up by the
     same amount (their order kept: what an argmax, a sort or a max reads)."""
     if value_class != "negative":
-        return [torch.where(where, torch.tensor(PLAIN_VALUE, dtype=view.dtype), view)]
+        return [torch.where(where, torch.tensor(_plain_value(view, where), dtype=view.dtype), view)]
     finite = torch.isfinite(view)
     shift = PLAIN_VALUE - view[finite].double().min().item()
     return [torch.where(where, view.abs(), view), torch.where(finite, (view.double() + shift).to(view.dtype), view)]
+
+
+def _plain_value(view: torch.Tensor, where: torch.Tensor) -> float:
+    """The first of PLAIN_VALUES that no element of `view` outside `where` holds (the first
+    when they all appear)."""
+    others = view[~where]
+    return next((v for v in PLAIN_VALUES if not bool((others == v).any())), PLAIN_VALUE)
 
 
 def _value_classes(view: torch.Tensor) -> dict:
