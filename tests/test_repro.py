@@ -109,6 +109,22 @@ def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_ca
 
 @pytest.mark.e2e
 @pytest.mark.slow
+def test_a_crash_reproduces_as_exit_1_from_a_child_killed_by_its_signal(add_case, tmp_path):
+    """torch-mlir's reciprocal asserts x != 0 at run time: the host run aborts (SIGABRT), which
+    no Python line survives to report; the script's parent does."""
+    pytest.importorskip("torch_mlir.execution_engine")
+    entry = os.path.join(REPO, "corpora", "known", "torch-mlir-reciprocal-asserts-nonzero", "mlir-reciprocal-of-zero.json")
+    record = bundles.entry_record(read_entry(entry))
+    failing = bundles.write_bundle(record, str(tmp_path / "failing"))
+    passing = bundles.write_bundle(record.with_fields(case=add_case.to_dict()), str(tmp_path / "passing"))
+    with ThreadPoolExecutor(2) as pool:
+        bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
+    assert bug.returncode == 1 and "REPRODUCES: killed by signal 6" in bug.stdout, bug.stdout + bug.stderr
+    assert fixed.returncode == 0 and "FIXED" in fixed.stdout, fixed.stdout + fixed.stderr
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
 def test_triton_cuda_script_compiles_on_the_gpu_and_compares_on_the_cpu(inductor_record, inout_case, tmp_path):
     """Without a GPU it exits 2. With its device made the CPU (the one edit), the known Inductor
     bug reproduces and an in/out case passes: what the compiled run wrote comes back whole."""

@@ -314,8 +314,8 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     imports += [device_check] if device_check else []
     body = [_program_source(case), inputs]
-    if record.kind == "timeout":
-        body.insert(0, _WATCHDOG)
+    if record.kind in ("timeout", "crash"):
+        body.insert(0, _WATCHDOG if record.kind == "timeout" else _CRASH_GUARD)
     kind = record.kind if not (route in IMPORT_ONLY and not host) else Kind.COMPILE_ERROR.value
     # tolerances come from eager and float64 runs: only a value failure has values to hold to them
     # (eager may reject the program of an invalid_case)
@@ -362,6 +362,15 @@ _WATCHDOG = f'''if "--child" not in sys.argv:  # a hang is the bug: run in a chi
         sys.exit(subprocess.run([sys.executable, __file__, "--child"], timeout={HANG_S}).returncode)
     except subprocess.TimeoutExpired:
         sys.exit(print("REPRODUCES: no result within {HANG_S} s") or 1)
+'''
+# A crash (SIGSEGV, SIGABRT) ends the process with no Python left to print or exit 1: the
+# script runs itself in a child and calls a child killed by a signal a reproduction.
+_CRASH_GUARD = '''if "--child" not in sys.argv:  # a crash is the bug: run in a child and read how it ended
+    import subprocess
+    status = subprocess.run([sys.executable, __file__, "--child"]).returncode
+    if status < 0:
+        sys.exit(print(f"REPRODUCES: killed by signal {-status}") or 1)
+    sys.exit(status)
 '''
 # A route only torchsim-diff drives (triton-spike: Inductor's kernels through the adapter to
 # Spike) is the toolchain itself: the script runs case.json on it with torchsim-diff's checker.
