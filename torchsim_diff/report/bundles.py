@@ -314,8 +314,9 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     imports += [device_check] if device_check else []
     body = [_program_source(case), inputs]
-    if record.kind in ("timeout", "crash"):
-        body.insert(0, _WATCHDOG if record.kind == "timeout" else _CRASH_GUARD)
+    guard = {Kind.TIMEOUT.value: _WATCHDOG, Kind.CRASH.value: _CRASH_GUARD}.get(record.kind)
+    if guard:   # the process that shows the bug may not come back to say so
+        body.insert(0, guard)
     kind = record.kind if not (route in IMPORT_ONLY and not host) else Kind.COMPILE_ERROR.value
     # tolerances come from eager and float64 runs: only a value failure has values to hold to them
     # (eager may reject the program of an invalid_case)
