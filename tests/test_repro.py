@@ -73,6 +73,18 @@ def inductor_record(tmp_path_factory):
     return verdict.record()
 
 
+def _known_entry_and_a_passing_case_run(entry_path: tuple, passing_case, tmp_path) -> tuple:
+    """(failing bundle, its run, the run of the same record over `passing_case`) for a torch-mlir
+    known entry (corpora/known/<cause>/<file>), whose scripts run on the host with torch-mlir."""
+    pytest.importorskip("torch_mlir.execution_engine")
+    record = bundles.entry_record(read_entry(os.path.join(REPO, "corpora", "known", *entry_path)))
+    failing = bundles.write_bundle(record, str(tmp_path / "failing"))
+    passing = bundles.write_bundle(record.with_fields(case=passing_case.to_dict()), str(tmp_path / "passing"))
+    with ThreadPoolExecutor(2) as pool:
+        bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
+    return failing, bug, fixed
+
+
 # -- end to end ------------------------------------------------------------------------------
 @pytest.mark.e2e
 @pytest.mark.slow
@@ -93,13 +105,8 @@ def test_known_bug_reproduces_in_torch_only_venv_and_passing_case_does_not(induc
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_case, tmp_path):
-    pytest.importorskip("torch_mlir.execution_engine")
-    entry = os.path.join(REPO, "corpora", "known", "torch-mlir-minimum-maximum-nan", "mlir-minimum-nan.json")
-    record = bundles.entry_record(read_entry(entry))
-    failing = bundles.write_bundle(record, str(tmp_path / "failing"))
-    passing = bundles.write_bundle(record.with_fields(case=add_case.to_dict()), str(tmp_path / "passing"))
-    with ThreadPoolExecutor(2) as pool:
-        bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
+    failing, bug, fixed = _known_entry_and_a_passing_case_run(
+        ("torch-mlir-minimum-maximum-nan", "mlir-minimum-nan.json"), add_case, tmp_path)
     assert bug.returncode == 1, bug.stdout + bug.stderr
     assert "eager    nan\n  compiled 0.0" in bug.stdout and "REPRODUCES" in bug.stdout, bug.stdout
     assert fixed.returncode == 0 and "FIXED" in fixed.stdout, fixed.stdout + fixed.stderr
@@ -112,13 +119,8 @@ def test_torch_mlir_value_bug_runs_on_the_host_and_a_passing_case_exits_0(add_ca
 def test_a_crash_reproduces_as_exit_1_from_a_child_killed_by_its_signal(add_case, tmp_path):
     """torch-mlir's reciprocal asserts x != 0 at run time: the host run aborts (SIGABRT), which
     no Python line survives to report; the script's parent does."""
-    pytest.importorskip("torch_mlir.execution_engine")
-    entry = os.path.join(REPO, "corpora", "known", "torch-mlir-reciprocal-asserts-nonzero", "mlir-reciprocal-of-zero.json")
-    record = bundles.entry_record(read_entry(entry))
-    failing = bundles.write_bundle(record, str(tmp_path / "failing"))
-    passing = bundles.write_bundle(record.with_fields(case=add_case.to_dict()), str(tmp_path / "passing"))
-    with ThreadPoolExecutor(2) as pool:
-        bug, fixed = pool.map(lambda b: _run_script(sys.executable, b), [failing, passing])
+    _failing, bug, fixed = _known_entry_and_a_passing_case_run(
+        ("torch-mlir-reciprocal-asserts-nonzero", "mlir-reciprocal-of-zero.json"), add_case, tmp_path)
     assert bug.returncode == 1 and "REPRODUCES: killed by signal 6" in bug.stdout, bug.stdout + bug.stderr
     assert fixed.returncode == 0 and "FIXED" in fixed.stdout, fixed.stdout + fixed.stderr
 
