@@ -191,13 +191,10 @@ ROUTE_SETUP = {     # route -> (import line before torch, the compiler's name in
     "triton-cuda": ("", TORCH_COMPILE),
 }
 COMPILE_ROUTES = ("inductor", "triton", "triton-cuda")    # torch.compile with the campaign's settings (compile_setup)
-# Routes whose compiled program runs on inputs copied to a device (eager and float64 stay on
-# the CPU), and the line that says why a machine cannot run it.
-ROUTE_DEVICE = {"triton-cuda": ("cuda", 'if not torch.cuda.is_available():\n'
-                                        '    sys.exit(print("cannot run here: no CUDA GPU") or 2)')}
-# The route's matmul and convolution go through Inductor's Triton templates (routes.triton.shims.enable_triton_gemm)
-TEMPLATE_GEMM = ['torch._inductor.config.max_autotune_gemm = True  # matmul and conv as Triton templates',
-                 'torch._inductor.config.max_autotune_gemm_backends = "TRITON"']
+# A route whose compiled program runs on another device (its class's `device`) gets inputs
+# copied there (eager and float64 stay on the CPU), after the line that says why a machine
+# without that device cannot run it.
+DEVICE_CHECK = {"cuda": 'if not torch.cuda.is_available():\n    sys.exit(print("cannot run here: no CUDA GPU") or 2)'}
 LOW_PRECISION = ("float16", "bfloat16")
 
 
@@ -212,7 +209,8 @@ def compile_setup(record: Record, case: Case | None = None) -> str:
     mode = "" if chosen["mode"] == "default" else f", mode={chosen['mode']!r}"
     lines = ["torch._inductor.config.force_disable_caches = True  # compile afresh"]
     if record.route == "triton-cuda" and (case is None or _has_template_op(case)):
-        lines += TEMPLATE_GEMM
+        from torchsim_diff.routes.triton.shims import TRITON_GEMM_SETTINGS   # the route's matmul and conv
+        lines += [f"torch._inductor.config.{name} = {value!r}" for name, value in TRITON_GEMM_SETTINGS.items()]
     width = compile_options.inductor_simdlen(chosen["simdlen"]) if record.route == "inductor" else None
     if width is not None:   # torch's default is the host's widest ISA, and a bug may live in one width only
         lines.append(f"torch._inductor.config.cpp.simdlen = {width}  # the vector width the bug was found with")
@@ -307,7 +305,8 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
         setup = compile_setup(record, case)
     else:
         setup = "compiled = program"
-    device, device_check = ROUTE_DEVICE.get(route, (None, None))
+    device = _device_of(route)
+    device_check = DEVICE_CHECK.get(device)
     inputs, reads_file = plain_script.inputs_source(case, record.kind, device)
     imports = (["import os"] if reads_file else []) + ["import sys", "try:"]
     imports += ([f"    {env}"] if env else []) + ["    import torch"]
@@ -325,6 +324,13 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
     body.append(setup + "\n" + plain_script.run_source(case, kind, tols, compiler, device))
     text = docstring(doc) + "\n" + "\n".join(imports) + "\n\n\n" + "\n\n".join(body)
     return check_script(text.rstrip("\n") + "\n", doc)
+
+
+def _device_of(route: str) -> str | None:
+    """The device the route runs compiled programs on, None for the CPU."""
+    from torchsim_diff.routes import route_class
+    device = getattr(route_class(route), "device", "cpu")
+    return None if device == "cpu" else device
 
 
 def _or_toolchain(route: str) -> str:

@@ -346,16 +346,19 @@ def collect_wrapper_code(codes: list):
         GraphLowering.save_output_code = original
 
 
+# Inductor settings that send mm/bmm/addmm/conv to its Triton templates (repro.py writes them
+# too); max_autotune stays off, as it would also autotune pointwise kernels and epilogues.
+TRITON_GEMM_SETTINGS = {"max_autotune_gemm": True, "max_autotune_gemm_backends": "TRITON", "max_autotune": False}
+
+
 def enable_triton_gemm() -> None:
     """Shim 8: mm/bmm/addmm/conv through Inductor's Triton templates, first choice only."""
     if _STATE.gemm_templates:
         return
     import torch._inductor.config as inductor_config
     import torch._inductor.select_algorithm as select_algorithm
-    inductor_config.max_autotune_gemm = True
-    inductor_config.max_autotune_gemm_backends = "TRITON"
-    # max_autotune would also autotune pointwise kernels and benchmark epilogues.
-    inductor_config.max_autotune = False
+    for name, value in TRITON_GEMM_SETTINGS.items():
+        setattr(inductor_config, name, value)
     select_algorithm.add_preprocessing_fn(
         lambda choices: [c for c in choices if "triton" in c.name][:1] or choices)
     _STATE.gemm_templates = True
