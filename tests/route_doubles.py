@@ -113,6 +113,17 @@ class HangRoute(_OddSeedFault):
         time.sleep(3600)
 
 
+class HangOnExpRoute(Route):
+    """Hangs compiling any graph containing `exp`, runs eager on the others."""
+
+    name = "double-hang-on-exp"
+
+    def compile(self, program, example_inputs, ctx):
+        if any(n["op"] == "exp" for n in ctx.case["nodes"]):
+            time.sleep(3600)
+        return _Eager(program)
+
+
 class RaisingRoute(Route):
     """Fails to compile any graph containing `exp` with a message carrying sizes."""
 
@@ -149,8 +160,8 @@ class UnavailableRoute(Route):
 
 
 DOUBLES = {cls.name: f"tests.route_doubles:{cls.__name__}" for cls in (
-    GuardWriterRoute, WrongElementRoute, ZeroSeededInoutRoute, SegfaultRoute, HangRoute, RaisingRoute,
-    NondeterministicRoute, UnavailableRoute)}
+    GuardWriterRoute, WrongElementRoute, ZeroSeededInoutRoute, SegfaultRoute, HangRoute, HangOnExpRoute,
+    RaisingRoute, NondeterministicRoute, UnavailableRoute)}
 
 
 class WrongUnlessExpRoute(Route):

@@ -76,6 +76,22 @@ def test_other_bucket_is_never_accepted(double_routes, tmp_path):
     assert _runs_in_eager(result.reduced)
 
 
+@pytest.mark.e2e
+def test_a_hang_is_cut_to_the_hanging_nodes_window_before_anything_else(double_routes, tmp_path):
+    # Each candidate that still hangs costs a timeout: dropping the outputs one by one would
+    # pay one per output, the window of the hanging node pays one in all.
+    nodes = [{"id": "v0", "op": "tanh", "args": ["x0"], "attrs": {}},
+             {"id": "v1", "op": "sigmoid", "args": ["x0"], "attrs": {}},
+             {"id": "v2", "op": "exp", "args": ["x1"], "attrs": {}}]
+    inputs = [("x0", [3], [1], 0, 3, {}), ("x1", [3], [1], 0, 3, {})]
+    case = make_case(nodes=nodes, inputs=inputs, outputs=["v0", "v1", "v2"])
+    steps = []
+    result = reduce.reduce_case(case, "double-hang-on-exp", out_dir=str(tmp_path), jobs=1, timeout_s=2,
+                                max_runs=4, progress=steps.append)
+    assert result.reduced.ops == ["exp"], result.reduced.program_source()
+    assert steps[0].startswith("keep windows: (3, 2, 6) -> (1, 1, 3)"), steps
+
+
 def test_cut_input_keeps_consumer_domain():
     case = _padded_case()
     cuts = [c for c in reduce._cut_nodes(case)]

@@ -8,14 +8,14 @@ Greedy reduction over passes, each proposing smaller variants of the current cas
 order: drop outputs, keep only a window of the graph (one node and its producers up to two
 deep, smallest windows first), drop and bypass nodes, cut a subgraph by making a node's
 result a new input, simpler ops, shrink dimensions, simplify layouts towards contiguous,
-simplify values and, last, raise a float16/bfloat16 case to float32. A pass runs until none
-of its candidates keeps the bucket; after each step it goes on from the candidate it
-accepted, and the passes repeat until a whole round changes nothing. Every candidate is
-made readable (dead nodes and unused inputs dropped, names renumbered) and must be valid
-before a route sees it: its program runs on meta tensors and in eager. Valid candidates are
-checked in parallel, one Checker (one warm worker per route) per job; the earliest
-candidate in pass order that keeps the bucket is accepted, so the result does not depend
-on timing.
+simplify values and, last, raise a float16/bfloat16 case to float32 (a hang takes windows
+first: HANG_PASSES). A pass runs until none of its candidates keeps the bucket; after each
+step it goes on from the candidate it accepted, and the passes repeat until a whole round
+changes nothing. Every candidate is made readable (dead nodes and unused inputs dropped,
+names renumbered) and must be valid before a route sees it: its program runs on meta
+tensors and in eager. Valid candidates are checked in parallel, one Checker (one warm
+worker per route) per job; the earliest candidate in pass order that keeps the bucket is
+accepted, so the result does not depend on timing.
 
 Values are pinned: the reduction starts from the case with every input's values written
 out bit for bit, so dropping an input leaves the others' values as they were; a node cut
@@ -188,6 +188,7 @@ class _Evaluator:
         self.key = key or (lambda verdict: verdict.bucket)
         self.budget = budget or TimeBudget(None, None, 0.0)
         self.runs = 0
+        self.original_kind: Kind | None = None
         self.cache: dict = {}
         self.checkers: queue.Queue = queue.Queue()
         self.owned = not checkers
@@ -217,6 +218,7 @@ class _Evaluator:
         if not verdict.failed:
             raise ReduceError(f"the case does not fail on route {self.route!r} (status {verdict.status.value}); "
                               "only failing cases can be reduced")
+        self.original_kind = Kind(verdict.kind)
         return self.key(verdict)
 
     def first_keeping(self, candidates: list, bucket: str):
@@ -239,6 +241,8 @@ class _Evaluator:
 
 
 class _Reducer:
+    """The passes in order, each applied until none of its candidates keeps the bucket."""
+
     def __init__(self, evaluator: _Evaluator, bucket: str, progress):
         self.evaluator, self.bucket, self.progress = evaluator, bucket, progress
 
@@ -251,8 +255,7 @@ class _Reducer:
 
     def run(self, case: Case) -> Case:
         current = case
-        passes = [_drop_outputs, _keep_windows, _drop_nodes, _bypass_nodes, _cut_nodes, _canonical_ops,
-                  _shrink_dims, _simplify_layouts, _simplify_values]
+        passes = HANG_PASSES if self.evaluator.original_kind == Kind.TIMEOUT else PASSES
         changed = True
         while changed and not self.evaluator.exhausted:
             changed = False
@@ -945,6 +948,15 @@ def _settled(case: Case) -> Case:
 def _holds_nonfinite(case: Case) -> bool:
     views = (_materialize(case, k) for k in range(len(case.inputs)))
     return any(v.dtype.is_floating_point and not bool(torch.isfinite(v).all()) for v in views)
+
+
+# -- pass order -------------------------------------------------------------------------------
+PASSES = (_drop_outputs, _keep_windows, _drop_nodes, _bypass_nodes, _cut_nodes, _canonical_ops,
+          _shrink_dims, _simplify_layouts, _simplify_values)
+# A hang turns the costs around: a candidate that keeps it costs a whole timeout, one that
+# does not a normal run. So the pass that cuts most per accepted step, one node's window
+# alone, comes first; dropping outputs one at a time would pay a timeout per output.
+HANG_PASSES = (_keep_windows,) + tuple(p for p in PASSES if p is not _keep_windows)
 
 
 # -- reduce, then bucket ---------------------------------------------------------------------
