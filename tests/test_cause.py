@@ -87,6 +87,15 @@ def test_negative_values_and_attributes_are_ablated_keeping_magnitude_or_order()
     assert attrs.nodes[0]["attrs"]["shifts"] == [2]
 
 
+def test_a_negative_dim_is_ablated_to_the_same_dim_counted_from_the_start_and_to_its_magnitude():
+    # sum over dim -2 of a 3-d input is the sum over dim 1: a failure that stays there is not
+    # the sign's. Dim 2, the magnitude, is another reduction.
+    total = make_case([{"id": "v0", "op": "sum", "args": ["x0"], "attrs": {"dim": [-2], "keepdim": False}}],
+                      [("x0", [2, 8, 1], [8, 1, 1], 0, 16, {})], ["v0"])
+    found = dict(reduce.value_ablations(total))
+    assert sorted(c.nodes[0]["attrs"]["dim"] for c in found["negative"]) == [[1], [2]]
+
+
 def test_neutral_substitutes_replace_the_divergent_node_by_neutral_ops():
     case = make_case([{"id": "v0", "op": "fmod", "args": ["x0", "x1"], "attrs": {}}],
                      [("x0", [3], [1], 0, 3, {}), ("x1", [3], [1], 0, 3, {"domain": {"kind": "nonzero"}})], ["v0"])

@@ -1163,7 +1163,7 @@ PLAIN_VALUE = PLAIN_VALUES[0]
 def value_ablations(case: Case):
     """(value class, [cases without it]) for each of NaN, Inf, subnormal and negative values
     that a float input's view holds, then 'negative' again for negative integer attributes (a
-    shift, a dim counted from the end) made positive. Negative values are taken away two ways
+    shift, a dim counted from the end) made non-negative (_without_negative_attrs). Negative values are taken away two ways
     (_without): a failure that needs their sign vanishes in both, one that needs their order
     or their magnitude only in one."""
     for k, spec in enumerate(case.inputs):
@@ -1175,9 +1175,9 @@ def value_ablations(case: Case):
             variants = [c for c in variants if c is not None and _is_valid(c)]
             if variants:
                 yield value_class, variants
-    candidate = _without_negative_attrs(case)
-    if candidate is not None and _is_valid(candidate):
-        yield "negative", [candidate]
+    variants = [c for c in _without_negative_attrs(case) if _is_valid(c)]
+    if variants:
+        yield "negative", variants
 
 
 def _without(value_class: str, where: torch.Tensor, view: torch.Tensor) -> list:
@@ -1206,18 +1206,50 @@ def _value_classes(view: torch.Tensor) -> dict:
     return {name: mask for name, mask in masks.items() if bool(mask.any())}
 
 
-def _without_negative_attrs(case: Case):
-    """`case` with every negative integer attribute (alone or in a list) made positive; None
-    when it has none."""
-    data = case.to_dict()
-    changed = False
-    for node in data["nodes"]:
+def _without_negative_attrs(case: Case) -> list:
+    """`case` with every negative integer attribute (alone or in a list) made non-negative, two
+    ways: its magnitude, and counted from the start of its node's first operand's dims (the
+    same dim, when it names one: ablating a dim of -2 to 2 would reduce another dim, and
+    make the sign look like the trigger). [] when it has none."""
+    if not any(_negative_ints(value) for node in case.nodes for value in node["attrs"].values()):
+        return []
+    ranks = _first_operand_ranks(case)
+    magnitudes, from_start = case.to_dict(), case.to_dict()
+    for k, node in enumerate(case.nodes):
+        rank = ranks.get(node["id"])
         for name, value in node["attrs"].items():
-            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-                node["attrs"][name], changed = -value, True
-            elif isinstance(value, list) and any(isinstance(v, int) and not isinstance(v, bool) and v < 0 for v in value):
-                node["attrs"][name], changed = [abs(v) if isinstance(v, int) else v for v in value], True
-    return _candidate(data) if changed else None
+            magnitudes["nodes"][k]["attrs"][name] = _map_ints(value, abs)
+            from_start["nodes"][k]["attrs"][name] = _map_ints(
+                value, lambda v: v + rank if rank is not None and v + rank >= 0 else abs(v))
+    variants = {c.case_id: c for c in map(_candidate, (magnitudes, from_start)) if c is not None}
+    return list(variants.values())
+
+
+def _negative_ints(value) -> bool:
+    values = value if isinstance(value, list) else [value]
+    return any(isinstance(v, int) and not isinstance(v, bool) and v < 0 for v in values)
+
+
+def _map_ints(value, change):
+    """`value` (an attribute) with `change` applied to its negative integers."""
+    if isinstance(value, list):
+        return [_map_ints(v, change) for v in value]
+    return change(value) if _negative_ints(value) else value
+
+
+def _first_operand_ranks(case: Case) -> dict:
+    """node id -> the number of dims of its first operand, for nodes whose first operand is a tensor."""
+    try:
+        tensors = meta_results(case)
+    except Exception:  # noqa: BLE001 - an invalid case has no ranks; its candidates are refused anyway
+        return {}
+    ranks = {}
+    for node in case.nodes:
+        first = node["args"][0] if node["args"] else None
+        first = first[0] if isinstance(first, list) and first else first
+        if isinstance(first, str) and first in tensors:
+            ranks[node["id"]] = tensors[first].dim()
+    return ranks
 
 
 # -- is the first divergent op part of the cause? ------------------------------------------------
