@@ -1,5 +1,6 @@
 """The reducer: failing cases shrink, keep their bucket, and stay valid."""
 import tempfile
+import types
 
 import pytest
 import torch
@@ -9,6 +10,7 @@ from torchsim_diff.case import layout
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.triage import reduce, signatures
 from torchsim_diff.run.checker import Checker
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.base import Compiled, Route
 
 
@@ -90,6 +92,20 @@ def test_a_hang_is_cut_to_the_hanging_nodes_window_before_anything_else(double_r
                                 max_runs=4, progress=steps.append)
     assert result.reduced.ops == ["exp"], result.reduced.program_source()
     assert steps[0].startswith("keep windows: (3, 2, 6) -> (1, 1, 3)"), steps
+
+
+def _verdict(kind, case):
+    return types.SimpleNamespace(kind=kind, case=case, signature=f"r|{kind.value}|no answer within # s")
+
+
+def test_a_hang_is_given_two_timeouts_of_budget_and_reuses_only_the_reduction_of_a_hang_of_the_same_ops():
+    refiner = reduce.ReduceThenBucket(types.SimpleNamespace(timeout_s=90.0), budget_s=60.0)
+    tanh, exp = (make_case([{"id": "v0", "op": op, "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+                 for op in ("tanh", "exp"))
+    assert refiner._budget_for(_verdict(Kind.TIMEOUT, tanh)) == 180.0
+    assert refiner._budget_for(_verdict(Kind.CRASH, tanh)) == 60.0
+    assert reduce.raw_key(_verdict(Kind.TIMEOUT, tanh)) != reduce.raw_key(_verdict(Kind.TIMEOUT, exp))
+    assert reduce.raw_key(_verdict(Kind.CRASH, tanh)) == reduce.raw_key(_verdict(Kind.CRASH, exp))
 
 
 def test_cut_input_keeps_consumer_domain():

@@ -27,6 +27,7 @@ Time budget (`budget_s` is its base B; None: no time limit, only `max_runs`):
     progress: each accepted step moves the deadline to at least PROGRESS_GRANT * B from now;
     ceiling:  never past CEILING_FACTOR * B after the start.
 With B = 60 s a 10-node, 5-input case starts with 180 s and stops by 300 s at the latest.
+A hang's B is at least HANG_BUDGET_TIMEOUTS timeouts (ReduceThenBucket).
 
 Values, while the bucket holds: each float or integer input (index inputs too, toward 0)
 is tried, whole, at a simplest constant (the first of 0, 1, -1, 0.5 its domain allows),
@@ -961,6 +962,7 @@ HANG_PASSES = (_keep_windows,) + tuple(p for p in PASSES if p is not _keep_windo
 
 # -- reduce, then bucket ---------------------------------------------------------------------
 DEFAULT_BUDGET_S = 60.0
+HANG_BUDGET_TIMEOUTS = 2
 
 
 
@@ -1036,7 +1038,7 @@ class ReduceThenBucket:
     def _reduce_and_classify(self, verdict) -> dict:
         started = time.perf_counter()
         result = reduce_case(verdict.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
-                             checkers=[self.checker], key=signatures.reduction_key, budget_s=self.budget_s)
+                             checkers=[self.checker], key=signatures.reduction_key, budget_s=self._budget_for(verdict))
         minimal = self.checker.check(result.reduced, verdict.route)
         signature, first_op, trigger = self._cause(minimal, verdict)
         refinement = Refinement(signature or verdict.signature, result.reduced.to_dict(), first_op, trigger,
@@ -1044,6 +1046,14 @@ class ReduceThenBucket:
                                 minimal.artifact_dir if minimal.artifacts else None,
                                 minimal.bucket if minimal.failed else None)
         return reduction_entry(refinement.signature, refinement.fields())
+
+    def _budget_for(self, verdict) -> float:
+        """The reduction's base budget: a hang's covers HANG_BUDGET_TIMEOUTS timeouts, since
+        every step that keeps it costs one. Its signature names the features its minimal case
+        still holds (signatures.hang_signature): a layout left unsimplified splits its bucket."""
+        if verdict.kind == Kind.TIMEOUT and self.budget_s:
+            return max(self.budget_s, HANG_BUDGET_TIMEOUTS * self.checker.timeout_s)
+        return self.budget_s
 
     def _cause(self, minimal, verdict) -> tuple:
         """(cause signature, first divergent op, trigger) of the minimal case's failure
@@ -1112,13 +1122,15 @@ def raw_key(verdict) -> str:
     """What a failure's reduction is reused for within a run: its raw signature, dtype, the
     layout classes and the value classes its inputs hold. The raw signature alone names only the
     failing op, so an argmax over a NaN and an Inf would take the reduction of an argmax over a
-    permuted input, and be that bug."""
+    permuted input, and be that bug. A hang's names nothing at all: its graph's ops join the key,
+    or every hang of a run would be the first one's bug."""
     case = verdict.case
     classes = set()
     for k, spec in enumerate(case.inputs):
         if spec["dtype"].startswith(("float", "bfloat")):
             classes.update(_value_classes(_materialize(case, k)))
-    return "|".join([verdict.signature, case.dtype, "+".join(case.layouts), "+".join(sorted(classes))])
+    ops = ",".join(case.ops) if verdict.kind == Kind.TIMEOUT else ""
+    return "|".join([verdict.signature, case.dtype, "+".join(case.layouts), "+".join(sorted(classes)), ops])
 
 
 def classify_bucket(signature: str | None) -> str | None:
