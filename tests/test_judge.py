@@ -195,6 +195,26 @@ def test_a_comparison_within_the_absolute_tolerance_of_a_computed_value_is_unsta
     assert _judge(torch.tensor([True, False]), eager, truth, allowance)[0].kind == "wrong_values"
 
 
+def test_fmod_of_a_dividend_whose_rounding_spans_the_divisor_is_undetermined_and_so_is_a_comparison_of_it():
+    # found on triton-spike: a cumprod reached 3.2e29, where float32's rounding moves it by
+    # about 1e22; fmod by -1.54 was then any value of its period (eager 0.65, float64 0.34),
+    # and le(1, .) went the other way. Random nudges moved some such fmods by little, and
+    # their comparisons were judged.
+    def program(x, d, k):
+        v = torch.fmod(x * 3.0, d)
+        return v, torch.le(k, v)
+    x = torch.cat([torch.tensor([0.1]), torch.linspace(1e29, 2e29, 64)]).double()
+    d, k = torch.tensor(1.5, dtype=torch.float64), torch.tensor(0.75, dtype=torch.float64)
+    truth, eager, allowance = _references(program, [x, d, k], torch.float32)
+    assert allowance.unstable[1][1:].all() and not allowance.unstable[1][0]
+    assert (allowance.outputs[0][1:] >= 1.5).all() and allowance.outputs[0][0] < 1e-6
+    route = eager[1].clone()
+    route[1:] = ~route[1:]
+    assert _judge(route, eager[1], truth[1], allowance, 1)[0] is None
+    route[0] = ~route[0]                                 # fmod(0.3, 1.5) is far from 0.75: determined
+    assert _judge(route, eager[1], truth[1], allowance, 1)[0].kind == "wrong_values"
+
+
 def test_a_remainder_off_where_its_dividend_is_far_from_a_jump_still_fails():
     x = torch.tensor([0.25, 1.0030546188354492], dtype=torch.float64)
     y = torch.tensor(1.0, dtype=torch.float64)

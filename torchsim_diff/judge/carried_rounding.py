@@ -16,7 +16,8 @@ A boolean or integer element computed from floats (comparisons, argmax/argmin, a
 derived from them) is judged only where that decision is stable: where the float64 margin
 of its operands exceeds margin * their carried allowance (at least atol for a computed
 operand). remainder and fmod jump by the divisor where their dividend may cross a multiple
-of it: the jump is carried downstream like a flipped decision. The sign of a zero returned by
+of it: the jump is carried downstream like a flipped decision; where the dividend's room
+spans the divisor the result may be anything in its period, and what reads it knows that. The sign of a zero returned by
 a function that does not specify it (relu, clamps, max/min, SIGN_UNSPECIFIED) is a decision
 too: flipped, it moves what turns that sign into another answer (atan2 by 2 pi, 1/x from +Inf
 to -Inf: an infinite allowance, where any value passes). Unstable elements are counted, never
@@ -339,7 +340,10 @@ def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
         elif call.name in STEPS:
             found[i] = _unstable_step(call, allowance, dtype)
         elif call.name in JUMPS:
-            found[i] = _unstable_jump(call, allowance, dtype)
+            jump = _unstable_jump(call, allowance, dtype)
+            if jump is not None:
+                found[i], undetermined_by = jump[:2], jump[2]
+                floored[i] = torch.maximum(floored[i], undetermined_by)   # what reads it sees the whole period
         elif call.name in SIGN_UNSPECIFIED:
             found[i] = _unspecified_zero_signs(call)
     return {i: v for i, v in found.items() if v is not None and bool(v[0].any())}
@@ -393,17 +397,24 @@ def _unstable_step(call, allowance, dtype):
 
 def _unstable_jump(call, allowance, dtype):
     """remainder/fmod whose dividend may move across a multiple of the divisor, where the
-    result jumps by the divisor: those elements, and the value just across the jump (the
-    moved result less the move: the slope is 1 on either side)."""
+    result jumps by the divisor: those elements, the value just across the jump (the moved
+    result less the move: the slope is 1 on either side), and per element the divisor's
+    magnitude where the dividend's room spans it (0 elsewhere). There the result is not
+    determined at all (fmod(3.2e29, 1.5) in float32 is any value of the period), so what
+    reads it gets the whole period as its allowance, and the flip moves it by as much."""
     moved = _moved_both_ways(call, allowance, dtype)
     if moved is None:
         return None
     x, room, up, down = moved
     value = call.value.double()
+    period = _operand(call.args[1]).abs() if len(call.args) > 1 else torch.zeros((), dtype=torch.float64)
+    undetermined = ((room >= period) & (period > 0) & torch.isfinite(x)).expand(value.shape)
     jumps_up, jumps_down = ((moved.double() - value).abs() > 2 * room for moved in (up, down))
-    mask = (jumps_up | jumps_down) & torch.isfinite(x)
-    across = torch.where(jumps_up, up - room, down + room).to(call.value.dtype)
-    return mask, torch.where(mask, across, call.value)
+    mask = ((jumps_up | jumps_down) & torch.isfinite(x)) | undetermined
+    across = torch.where(jumps_up, up - room, down + room)
+    across = torch.where(undetermined, value - torch.copysign(period.expand(value.shape), value), across)
+    flipped = torch.where(mask, across.to(call.value.dtype), call.value)
+    return mask, flipped, torch.where(undetermined, period, 0.0)
 
 
 def _unspecified_zero_signs(call):
