@@ -228,6 +228,24 @@ def test_argsort_of_computed_keys_within_the_absolute_tolerance_may_order_them_e
     assert _judge(torch.tensor([2, 3, 1, 0]), eager, truth, allowance)[0].kind == "wrong_values"
 
 
+def test_group_norms_affine_may_overflow_on_the_way_to_a_finite_result():
+    # found on inductor and triton: x * (w * rstd) is -1.6e42 on the way to 1.1e38; eager
+    # gives inf there, Inductor NaN, float64 the finite value
+    def program(x, w, b):
+        return (F.group_norm(x, 2, weight=w, bias=b),)
+    x = torch.tensor([[-16383.0, -16382.0, -16385.0, -16385.0, -16383.0, 0.5, 0.25, 1.0, 2.0, 0.75]], dtype=torch.float64)
+    w = torch.tensor([0.0, 8.5070586659632215e+37, -1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    b = torch.zeros(10, dtype=torch.float64)
+    (truth,), (eager,), allowance = _references(program, [x, w, b], torch.float32)
+    assert math.isinf(eager[0, 1]) and math.isfinite(truth[0, 1])
+    assert allowance.overflow[0].tolist() == [[False, True] + [False] * 8]
+    route = eager.clone()
+    route[0, 1] = math.nan
+    assert _judge(route, eager, truth, allowance)[0] is None
+    route[0, 2] = math.nan                                   # its neighbour's affine stays finite
+    assert _judge(route, eager, truth, allowance)[0].kind == "nonfinite_mismatch"
+
+
 def test_a_remainder_off_where_its_dividend_is_far_from_a_jump_still_fails():
     x = torch.tensor([0.25, 1.0030546188354492], dtype=torch.float64)
     y = torch.tensor(1.0, dtype=torch.float64)
