@@ -246,6 +246,22 @@ def test_group_norms_affine_may_overflow_on_the_way_to_a_finite_result():
     assert _judge(route, eager, truth, allowance)[0].kind == "nonfinite_mismatch"
 
 
+def test_a_sum_of_products_may_overflow_before_alpha_scales_it_down():
+    # found on mlir and spike: addbmm with alpha = -0.5 sums 3.6e38 before halving it, and
+    # torch-mlir gives -inf where eager gives -1.8e38
+    def program(bias, a, b):
+        return (torch.addbmm(bias, a, b, beta=0.0, alpha=-0.5),)
+    a = torch.tensor([1.2e38, 1.1e38, 1.3e38], dtype=torch.float64).reshape(3, 1, 1)
+    b = torch.tensor([[1.0, 1e-30]] * 3, dtype=torch.float64).reshape(3, 1, 2)
+    (truth,), (eager,), allowance = _references(program, [torch.tensor(0.0, dtype=torch.float64), a, b], torch.float32)
+    assert allowance.overflow[0].tolist() == [[True, False]]
+    route = eager.clone()
+    route[0, 0] = -math.inf
+    assert _judge(route, eager, truth, allowance)[0] is None
+    route[0, 1] = -math.inf
+    assert _judge(route, eager, truth, allowance)[0].kind == "nonfinite_mismatch"
+
+
 def test_a_remainder_off_where_its_dividend_is_far_from_a_jump_still_fails():
     x = torch.tensor([0.25, 1.0030546188354492], dtype=torch.float64)
     y = torch.tensor(1.0, dtype=torch.float64)

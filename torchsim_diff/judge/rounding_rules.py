@@ -247,7 +247,12 @@ ROUNDING = {**POINTWISE, **REDUCTIONS, **CONTRACTIONS, **NORMALIZATIONS}
 
 
 def _sums(func, args, kwargs, out):
-    return _magnitude(func, args, kwargs)
+    """The sum of the magnitudes; with an alpha (addmm, baddbmm, addbmm) also before alpha
+    scales it: alpha * (A @ B) overflows where the scaled result does not."""
+    scaled = _magnitude(func, args, kwargs).abs()
+    if kwargs.get("alpha", 1.0) == 1.0:
+        return scaled
+    return torch.maximum(scaled, _magnitude(func, args, {**kwargs, "alpha": 1.0}))
 
 
 def _averages(length):
