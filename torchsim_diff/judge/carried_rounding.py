@@ -17,10 +17,10 @@ derived from them) is judged only where that decision is stable: where the float
 of its operands exceeds margin * their carried allowance (at least atol for a computed
 operand). remainder and fmod jump by the divisor where their dividend may cross a multiple
 of it: the jump is carried downstream like a flipped decision; where the dividend's room
-spans the divisor the result may be anything in its period, and what reads it knows that. The sign of a zero returned by
-a function that does not specify it (relu, clamps, max/min, SIGN_UNSPECIFIED) is a decision
-too: flipped, it moves what turns that sign into another answer (atan2 by 2 pi, 1/x from +Inf
-to -Inf: an infinite allowance, where any value passes). Unstable elements are counted, never
+spans the divisor the result may be anything in its period, and what reads it knows that.
+The sign of a zero returned by a function that does not specify it (relu, clamps, max/min,
+SIGN_UNSPECIFIED) is a decision too: flipped, it moves what turns that sign into another
+answer (atan2 by 2 pi, 1/x from +Inf to -Inf: an infinite allowance, where any value passes). Unstable elements are counted, never
 failed. Where a node feeding an element passes through values that reach the dtype's
 max (`Carried.overflow`, PASSES_THROUGH), partial sums overflow in some orders and the
 element may be any value (x / Inf = 0, sign(NaN) = 0): it is not judged, and a decision on it

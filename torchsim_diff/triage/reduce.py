@@ -1175,9 +1175,9 @@ PLAIN_VALUE = PLAIN_VALUES[0]
 def value_ablations(case: Case):
     """(value class, [cases without it]) for each of NaN, Inf, subnormal and negative values
     that a float input's view holds, then 'negative' again for negative integer attributes (a
-    shift, a dim counted from the end) made non-negative (_without_negative_attrs). Negative values are taken away two ways
-    (_without): a failure that needs their sign vanishes in both, one that needs their order
-    or their magnitude only in one."""
+    shift, a dim counted from the end) made non-negative (_without_negative_attrs). Negative
+    values are taken away two ways (_without): a failure that needs their sign vanishes in
+    both, one that needs their order or their magnitude only in one."""
     for k, spec in enumerate(case.inputs):
         if not spec["dtype"].startswith(("float", "bfloat")) or layout.is_overlapping(spec["shape"], spec["layout"]["strides"]):
             continue      # aliasing views share storage elements: their values are not per element
