@@ -20,10 +20,10 @@ of it: the jump is carried downstream like a flipped decision; where the dividen
 spans the divisor the result may be anything in its period, and what reads it knows that.
 The sign of a zero returned by a function that does not specify it (relu, clamps, max/min,
 SIGN_UNSPECIFIED) is a decision too: flipped, it moves what turns that sign into another
-answer (atan2 by 2 pi, 1/x from +Inf to -Inf: an infinite allowance, where any value passes). Unstable elements are counted, never
-failed. Where a node feeding an element passes through values that reach the dtype's
-max (`Carried.overflow`, PASSES_THROUGH), partial sums overflow in some orders and the
-element may be any value (x / Inf = 0, sign(NaN) = 0): it is not judged, and a decision on it
+answer (atan2 by 2 pi, 1/x from +Inf to -Inf: an infinite allowance, where any value
+passes). Unstable elements are counted, never failed. Where a node feeding an element
+passes through values that reach the dtype's max (`Carried.overflow`, PASSES_THROUGH),
+partial sums overflow in some orders and the element may be any value (x / Inf = 0, sign(NaN) = 0): it is not judged, and a decision on it
 is unstable. An Inf or NaN that an elementwise op or a selection computes (1/0, log(0),
 inf // 1, neg(inf)) is exact, its sign too, not at the overflow scale: what it feeds is judged.
 
