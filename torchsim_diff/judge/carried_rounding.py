@@ -23,9 +23,10 @@ SIGN_UNSPECIFIED) is a decision too: flipped, it moves what turns that sign into
 answer (atan2 by 2 pi, 1/x from +Inf to -Inf: an infinite allowance, where any value
 passes). Unstable elements are counted, never failed. Where a node feeding an element
 passes through values that reach the dtype's max (`Carried.overflow`, PASSES_THROUGH),
-partial sums overflow in some orders and the element may be any value (x / Inf = 0, sign(NaN) = 0): it is not judged, and a decision on it
-is unstable. An Inf or NaN that an elementwise op or a selection computes (1/0, log(0),
-inf // 1, neg(inf)) is exact, its sign too, not at the overflow scale: what it feeds is judged.
+partial sums overflow in some orders and the element may be any value (x / Inf = 0,
+sign(NaN) = 0): it is not judged, and a decision on it is unstable. An Inf or NaN that an
+elementwise op or a selection computes (1/0, log(0), inf // 1, neg(inf)) is exact, its sign
+too, not at the overflow scale: what it feeds is judged.
 
 Imports only the standard library and torch: reproducer bundles ship it.
 """
