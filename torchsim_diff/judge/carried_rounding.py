@@ -39,7 +39,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .comparison import FEW_ELEMENTS, TOLERANCES, margin, same_bits, scale_ulp
-from .rounding_rules import (ARG_EXTREMES, COMPARISONS, EXACT, JUMPS, ORDERINGS, PASSES_THROUGH, POINTWISE, ROUNDING,
+from .rounding_rules import (ARG_EXTREMES, COMPARISONS, EXACT, JUMPS, PASSES_THROUGH, POINTWISE, ROUNDING,
                              SIGN_UNSPECIFIED, STEPS, op_name)
 
 SAMPLES = 2                    # random-sign reruns per rounding node
@@ -338,8 +338,6 @@ def _unstable_decisions(calls, allowances, dtype, overflow_fed) -> dict:
             found[i] = _unstable_comparison(call, allowance, overflowed, dtype)
         elif call.name in ARG_EXTREMES:
             found[i] = _unstable_extreme(call, allowance, dtype)
-        elif call.name in ORDERINGS:
-            found[i] = _unstable_order(call, allowance, dtype)
         elif call.name in STEPS:
             found[i] = _unstable_step(call, allowance, dtype)
         elif call.name in JUMPS:
@@ -384,31 +382,6 @@ def _unstable_extreme(call, allowance, dtype):
     mask = (gap <= spread) & (spread > 0) & ~signed.isnan().any(dim=dim, keepdim=True)
     mask, second = mask.reshape(call.value.shape), top.indices.narrow(dim, 1, 1).reshape(call.value.shape)
     return mask, torch.where(mask, second, call.value)
-
-
-def _unstable_order(call, allowance, dtype):
-    """argsort: the positions whose key lies within rounding of its neighbour's in the sorted
-    order (each key may move by its allowance, at least atol for a computed one, as argmax's
-    may), and the order with each such neighbour taken instead."""
-    x = call.args[0]
-    if not x.dtype.is_floating_point or x.dim() == 0:
-        return None
-    dim = call.kwargs.get("dim", call.args[1] if len(call.args) > 1 else -1)
-    n = x.shape[dim]
-    if n < 2:
-        return None
-    order = call.value
-    keys = x.double().gather(dim, order)
-    room = allowance(x).expand(x.shape).gather(dim, order) * margin(dtype, order.numel())
-    ahead, behind = (lambda t: t.narrow(dim, 1, n - 1)), (lambda t: t.narrow(dim, 0, n - 1))
-    close = ((ahead(keys) - behind(keys)).abs() <= ahead(room) + behind(room)) & (ahead(room) + behind(room) > 0)
-    with_next, with_previous = torch.zeros_like(order, dtype=torch.bool), torch.zeros_like(order, dtype=torch.bool)
-    behind(with_next).copy_(close)
-    ahead(with_previous).copy_(close)
-    flipped = order.clone()
-    behind(flipped).copy_(torch.where(close, ahead(order), behind(order)))
-    ahead(flipped).copy_(torch.where(close & ~ahead(with_next), behind(order), ahead(flipped)))
-    return with_next | with_previous, flipped
 
 
 def _unstable_step(call, allowance, dtype):

@@ -331,7 +331,6 @@ PASSES_THROUGH = {
 }
 COMPARISONS = ("lt", "le", "gt", "ge", "eq", "ne")
 ARG_EXTREMES = {"argmax": 1.0, "argmin": -1.0}
-ORDERINGS = ("argsort",)            # an index per position: neighbours within rounding may swap
 STEPS = ("floor", "ceil", "round", "trunc", "to", "floor_divide")   # piecewise constant: a decision at each step
 JUMPS = ("remainder", "fmod")       # continuous but for a jump by the divisor where x / y is whole
 
@@ -363,7 +362,7 @@ SIGN_UNSPECIFIED = SELECTIONS_OF_UNSPECIFIED_SIGN + DECOMPOSITIONS_OF_UNSPECIFIE
 
 
 # Functions that round nothing: views and copies, selections and gathers, orderings (an index
-# whose order rounding may flip, argsort's, is an ORDERINGS decision), max/min,
+# whose order rounding may flip, argsort's, is found by carried_rounding's probe), max/min,
 # abs, neg, sign, relu, where, clamps, pooling by max, bitwise and logical ops, fills. (sort,
 # topk, cummax and max/min along a dim are recorded by the values they return.)
 EXACT = (
