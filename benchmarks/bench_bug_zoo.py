@@ -1,16 +1,19 @@
 """Bug zoo: how well fuzz + reduce-then-bucket finds and files the planted bugs.
 
-    python benchmarks/bench_bug_zoo.py [--cases 100] [--seed 1] [--budget 60] [--bugs a,b] [--zoo {1,2,all}]
+    python benchmarks/bench_bug_zoo.py [--cases 100] [--seed 1] [--budget 60] [--bugs a,b] [--zoo {1,2,all}] [--jobs 1]
 
 Runs one `fuzz` campaign (the CLI's, reduction on) per planted bug of benchmarks/bug_zoo
 (--zoo: round 1, planted.ZOO; round 2, round2.ROUND2; or both)
 and prints per bug: found or not, cases to the first failure, buckets, merges (another bug
 with the same signature, route left out), the reduced case's size and the time from first
 failure to the reduced case, then the medians against the issue's targets. Figures, never asserts.
+--jobs runs that many bugs' campaigns at once (each in its own process).
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import functools
 import os
 import statistics
 import sys
@@ -54,11 +57,16 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=float, default=60.0)
     parser.add_argument("--bugs", help="only these zoo routes (comma-separated)")
     parser.add_argument("--zoo", choices=["1", "2", "all"], default="all", help="which round of planted bugs")
+    parser.add_argument("--jobs", type=int, default=1, help="bugs run at once, one process each")
     args = parser.parse_args(argv)
     os.environ.update(planted.environment())
     names = [cls.name for cls in _zoo(args.zoo)]
     chosen = args.bugs.split(",") if args.bugs else names
-    rows = [run_bug(name, args) for name in chosen]
+    if args.jobs > 1:
+        with concurrent.futures.ProcessPoolExecutor(args.jobs) as pool:
+            rows = list(pool.map(functools.partial(run_bug, args=args), chosen))
+    else:
+        rows = [run_bug(name, args) for name in chosen]
     _print(rows)
     return 0
 

@@ -94,6 +94,32 @@ def test_a_hang_is_cut_to_the_hanging_nodes_window_before_anything_else(double_r
     assert steps[0].startswith("keep windows: (3, 2, 6) -> (1, 1, 3)"), steps
 
 
+@pytest.mark.e2e
+def test_a_hangs_layout_is_simplified_right_after_its_window(double_routes, tmp_path):
+    # A hang's minimal case is not ablated: the offset it kept would name another bucket than
+    # the contiguous hang's (a known softmax hang of torch-mlir came back NEW that way).
+    nodes = [{"id": "v0", "op": "tanh", "args": ["x0"], "attrs": {}},
+             {"id": "v1", "op": "exp", "args": ["x1"], "attrs": {}}]
+    inputs = [("x0", [3], [1], 0, 3, {}), ("x1", [3], [1], 2, 5, {"classes": ["offset"]})]
+    case = make_case(nodes=nodes, inputs=inputs, outputs=["v0", "v1"])
+    steps = []
+    result = reduce.reduce_case(case, "double-hang-on-exp", out_dir=str(tmp_path), jobs=1, timeout_s=2,
+                                max_runs=5, progress=steps.append)
+    assert [s.split(":")[0] for s in steps[:2]] == ["keep windows", "simplify layouts"], steps
+    assert signatures.hang_features(result.reduced) == set(), result.reduced.to_dict()["inputs"]
+
+
+@pytest.mark.parametrize("kind, checks", [(Kind.TIMEOUT, 0), (Kind.WRONG_VALUES, 1)])
+def test_a_hangs_values_are_pinned_without_a_run_that_would_cost_a_timeout(kind, checks):
+    sent = []
+    evaluator = types.SimpleNamespace(original_kind=kind, first_keeping=lambda cases, bucket: sent.append(cases))
+    case = make_case([{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    pinned = reduce._Reducer(evaluator, "bucket", print).pinned(case)
+    assert len(sent) == checks
+    if kind == Kind.TIMEOUT:
+        assert all("data" in spec for spec in pinned.to_dict()["inputs"])
+
+
 def _verdict(kind, case):
     return types.SimpleNamespace(kind=kind, case=case, signature=f"r|{kind.value}|no answer within # s")
 

@@ -8,10 +8,10 @@ Greedy reduction over passes, each proposing smaller variants of the current cas
 order: drop outputs, keep only a window of the graph (one node and its producers up to two
 deep, smallest windows first), drop and bypass nodes, cut a subgraph by making a node's
 result a new input, simpler ops, shrink dimensions, simplify layouts towards contiguous,
-simplify values and, last, raise a float16/bfloat16 case to float32 (a hang takes windows
-first: HANG_PASSES). A pass runs until none of its candidates keeps the bucket; after each
-step it goes on from the candidate it accepted, and the passes repeat until a whole round
-changes nothing. Every candidate is made readable (dead nodes and unused inputs dropped,
+simplify values and, last, raise a float16/bfloat16 case to float32 (a hang takes windows,
+then layouts, first: HANG_PASSES). A pass runs until none of its candidates keeps the
+bucket; after each step it goes on from the candidate it accepted, and the passes repeat
+until a whole round changes nothing. Every candidate is made readable (dead nodes and unused inputs dropped,
 names renumbered) and must be valid before a route sees it: its program runs on meta
 tensors and in eager. Valid candidates are checked in parallel, one Checker (one warm
 worker per route) per job; the earliest candidate in pass order that keeps the bucket is
@@ -248,11 +248,15 @@ class _Reducer:
         self.evaluator, self.bucket, self.progress = evaluator, bucket, progress
 
     def pinned(self, case: Case) -> Case:
-        """`case` with its values written out (module docstring), when that keeps the bucket."""
+        """`case` with its values written out (module docstring), when that keeps the bucket.
+        A hang's is taken unchecked: pinning changes no bit, and the check would cost a whole
+        timeout of a budget of two."""
         pinned = _pinned(case)
-        if pinned.case_id == case.case_id or self.evaluator.first_keeping([pinned], self.bucket) is None:
+        if pinned.case_id == case.case_id:
             return case
-        return pinned
+        if self.evaluator.original_kind == Kind.TIMEOUT:
+            return pinned
+        return case if self.evaluator.first_keeping([pinned], self.bucket) is None else pinned
 
     def run(self, case: Case) -> Case:
         current = case
@@ -956,8 +960,11 @@ PASSES = (_drop_outputs, _keep_windows, _drop_nodes, _bypass_nodes, _cut_nodes, 
           _shrink_dims, _simplify_layouts, _simplify_values)
 # A hang turns the costs around: a candidate that keeps it costs a whole timeout, one that
 # does not a normal run. So the pass that cuts most per accepted step, one node's window
-# alone, comes first; dropping outputs one at a time would pay a timeout per output.
-HANG_PASSES = (_keep_windows,) + tuple(p for p in PASSES if p is not _keep_windows)
+# alone, comes first; dropping outputs one at a time would pay a timeout per output. Layouts
+# come next: a hang is not ablated, so a layout its minimal case keeps names its bucket
+# (signatures.hang_signature), and a budget spent on nodes first would split one hang in two.
+HANG_PASSES = (_keep_windows, _simplify_layouts) + tuple(
+    p for p in PASSES if p not in (_keep_windows, _simplify_layouts))
 
 
 # -- reduce, then bucket ---------------------------------------------------------------------
