@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from tests.conftest import REPO, inputs_built_by
+from tests.conftest import REPO, inputs_built_by, make_case
 from torchsim_diff.case import layout
 from torchsim_diff.report import bundles, plain_script
 from torchsim_diff.run.checker import Checker
@@ -410,6 +410,19 @@ def test_repro_compiles_with_the_settings_the_campaign_compiled_with():
     assert "simdlen" not in compile_setup(record.with_fields(route="triton"))
     hostile = record.with_fields(dynamic=None, versions={"mode": "default'); import os; ('", "dynamic": True})
     assert "import os" not in compile_setup(hostile) and "dynamic=True)" in compile_setup(hostile)
+
+
+def test_a_float32_case_with_a_bfloat16_round_trip_compiles_with_the_campaigns_precision_casts():
+    # Without the setting torch's default drops the round trip, and repro.py shows another bug.
+    from torchsim_diff.report.bundles import compile_setup
+    record = Record.from_dict({"case_id": "c", "route": "triton", "status": "fail", "kind": "wrong_values",
+                               "bucket": "b", "ops": ["cast_round_trip"], "case": None,
+                               "versions": {"emulate_precision_casts": True}})
+    node = {"id": "v0", "op": "cast_round_trip", "args": ["x0"], "attrs": {"via": "bfloat16"}}
+    round_trip = make_case([node], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    plain = make_case([dict(node, op="neg", attrs={})], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    assert "emulate_precision_casts = True" in compile_setup(record, round_trip)
+    assert "emulate_precision_casts" not in compile_setup(record, plain)
 
 
 def test_an_adapter_kernel_report_speaks_of_the_kernel_and_the_adapters_version_only(add_case):

@@ -69,6 +69,7 @@ def test_150_default_cases_give_every_bool_argument_both_values_and_few_argument
     assert {key for key, seen in bools.items() if len(seen) < 2} == set()
     single = {key for key, seen in values.items() if len(seen) == 1 and len(nodes[key]) >= 3}
     assert len(single) <= 8, sorted(single)
+    assert ("cast_round_trip", "via") not in single     # float32 passes through bfloat16 too
 
 
 def test_census_counts_values_per_op_and_argument_with_left_out_options_and_the_goal():

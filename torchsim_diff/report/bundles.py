@@ -214,10 +214,18 @@ def compile_setup(record: Record, case: Case | None = None) -> str:
     width = compile_options.inductor_simdlen(chosen["simdlen"]) if record.route == "inductor" else None
     if width is not None:   # torch's default is the host's widest ISA, and a bug may live in one width only
         lines.append(f"torch._inductor.config.cpp.simdlen = {width}  # the vector width the bug was found with")
-    if case is None or case.dtype in LOW_PRECISION or not chosen["emulate_precision_casts"]:
+    if case is None or _touches_low_precision(case) or not chosen["emulate_precision_casts"]:
         lines.append(f"torch._inductor.config.emulate_precision_casts = {bool(chosen['emulate_precision_casts'])}")
     lines.append(f"compiled = torch.compile(program, fullgraph=True, dynamic={dynamic}{mode})")
     return "\n".join(lines)
+
+
+def _touches_low_precision(case: Case) -> bool:
+    """Whether a value of `case` is float16 or bfloat16: its dtype, an input's, or a cast's
+    (a float32 case's round trip through bfloat16 is dropped without emulate_precision_casts)."""
+    named = [case.dtype] + [spec["dtype"] for spec in case.inputs]
+    named += [value for node in case.nodes for value in node["attrs"].values() if isinstance(value, str)]
+    return any(name in LOW_PRECISION for name in named)
 
 
 def _has_template_op(case: Case) -> bool:

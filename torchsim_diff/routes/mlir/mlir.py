@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import re
 import time
 
 import torch
 
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.mlir import lowering as lowering
-from torchsim_diff.routes.base import Compiled, Route, RouteFailure
+from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported
 
 
 @functools.lru_cache(maxsize=None)
@@ -79,6 +80,10 @@ class MlirJitRoute(Route):
         _write(ctx.artifact("kernel.linalg.mlir"), lowered.linalg)
         _write(ctx.artifact("kernel.llvm.mlir"), lowered.llvm_dialect)
         _write(ctx.artifact("kernel.ll"), _llvm_ir(lowered.module))
+        missing = self._missing_helpers(lowered.llvm_dialect)
+        if missing:
+            raise Unsupported(f"the host's libgcc lacks {', '.join(missing)}, which x86 code for a cast to "
+                              "bfloat16 calls (GCC 13's libgcc has it): the JIT cannot run this graph here")
         with lowering.timed(ctx.metrics, "jit"):
             engine = self._jit(lowered.module)
         return MlirJitCompiled(engine, lowered.signature)
@@ -95,6 +100,14 @@ class MlirJitRoute(Route):
     def setup(self):
         self._libraries = helper_libraries()
 
+    def _missing_helpers(self, llvm_dialect: str) -> list:
+        """The conversion helpers the module's casts to bfloat16 need that no library of the
+        JIT defines: ExecutionEngine would fail on them with only "Unknown function"."""
+        if self._libraries is None:
+            self.setup()
+        needed = {BF16_TRUNCATION_HELPERS[source or "f32"] for source in _BF16_TRUNCATION.findall(llvm_dialect)}
+        return sorted(name for name in needed if not _defined(name, tuple(self._libraries)))
+
     def _jit(self, module):
         from torch_mlir.execution_engine import ExecutionEngine
         if self._libraries is None:
@@ -106,6 +119,25 @@ class MlirJitRoute(Route):
         except Exception as error:  # noqa: BLE001
             raise RouteFailure(Kind.COMPILE_ERROR, "compile", f"ExecutionEngine could not JIT the module "
                                f"(LLVM prints the missing symbols on stderr): {error}") from None
+
+
+# x86 without AVX512-BF16 rounds a float to bfloat16 in libgcc (from GCC 13 on): for a cast,
+# and for bfloat16 arithmetic, which it computes in float32 and rounds back.
+BF16_TRUNCATION_HELPERS = {"f32": "__truncsfbf2", "f64": "__truncdfbf2"}
+_BF16_TRUNCATION = re.compile(r"llvm\.fptrunc [^\n]*: (f32|f64) to bf16\b"
+                              r"|llvm\.(?:fadd|fsub|fmul|fdiv|frem|intr\.\w+) [^\n]*: bf16\b")
+
+
+@functools.lru_cache(maxsize=None)
+def _defined(symbol: str, libraries: tuple) -> bool:
+    """Whether the process, or one of `libraries`, defines `symbol`."""
+    for library in (None, *libraries):
+        try:
+            if hasattr(ctypes.CDLL(library), symbol):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def helper_libraries() -> list:
