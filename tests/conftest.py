@@ -1,4 +1,5 @@
 import os
+import resource
 
 # Tests that run Triton's interpreter in this process need TRITON_INTERPRET=1 before anything
 # imports Inductor's triton_helpers (it picks its libdevice at import time); routes that need it
@@ -13,6 +14,21 @@ from torchsim_diff.routes import EXTRA_ROUTES_ENV
 from torchsim_diff.generate.strategies import no_local_constants
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def _child_cpu_time(request):
+    """The CPU time of the child processes (route workers, repro.py runs, compilers) this test
+    reaped, as the junit property `child_cpu_s`: benchmarks/suite_durations.py adds it up per
+    file. A shared worker's time falls to the test that closes it (a fixture's teardown)."""
+    before = _reaped_cpu()
+    yield
+    request.node.user_properties.append(("child_cpu_s", round(_reaped_cpu() - before, 2)))
+
+
+def _reaped_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 @pytest.fixture(autouse=True)
@@ -68,9 +84,13 @@ def inout_case():
         outputs=[])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def route_checker(tmp_path_factory):
-    """One Checker (warm route workers) shared by a module's tests on real routes."""
+    """One Checker (warm route workers) shared by every test of an xdist worker that runs cases
+    on real routes: a route's worker start and first compile (Inductor's machine checks, the
+    Triton shims, the MLIR toolchain probe) are paid once per xdist worker, not once per module.
+    A test that needs a fresh worker (counting start-ups, killing or timing one) makes its own
+    Checker and says why."""
     from torchsim_diff.run.checker import Checker
     with Checker(out_dir=str(tmp_path_factory.mktemp("routes"))) as shared:
         yield shared
