@@ -329,7 +329,6 @@ def cmd_replay(args) -> int:
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.triage.corpus import KNOWN, iter_entries, known_buckets
     from torchsim_diff.triage.corpus_replay import replay_entry, routes_for
-    from torchsim_diff.triage.known_ledger import default_ledger
     from torchsim_diff.report.tables import render
     routes = args.routes
     for path in args.paths:
@@ -346,7 +345,8 @@ def cmd_replay(args) -> int:
         raise UsageError(f"nothing to replay: no case files (*.json) in {', '.join(args.paths)}")
     if not entries:
         return EXIT_USAGE
-    known = {e.bucket for e in entries if e.kind == KNOWN} | known_buckets(default_ledger())
+    known = {e.bucket for e in entries if e.kind == KNOWN} | known_buckets(args.known_bugs)
+    ledger = None if args.no_cause else _cause_ledger(args.known_bugs)
     rows, ok = [], True
     out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-replay-")
     with Checker(out_dir=out_dir, timeout_s=args.timeout) as checker:
@@ -358,12 +358,35 @@ def cmd_replay(args) -> int:
                                  "got": "skipped (route unavailable)", "ok": "-"})
                     continue
                 outcome = replay_entry(checker, entry, route, known)
-                rows.append(outcome.row())
+                rows.append(_with_cause(outcome, ledger, checker))
                 ok &= outcome.ok
     print(render(rows, args.format))
     if corrupt:
         return EXIT_USAGE
     return EXIT_CLEAN if ok else EXIT_FINDINGS
+
+
+def _cause_ledger(folder: str):
+    """The ledger failures are identified against; its corrupt causes are named, then left out."""
+    from torchsim_diff.triage.which_cause import CauseLedger
+    if not os.path.isdir(folder):
+        raise UsageError(f"--known-bugs {folder}: no such folder; pass the known-bug ledger (e.g. corpora/known), "
+                         f"or --no-cause")
+    ledger = CauseLedger.read(folder)
+    for problem in ledger.problems:
+        sys.stderr.write(f"torchsim-diff: warning: cause left out of the ledger: {problem}\n")
+    return ledger
+
+
+def _with_cause(outcome, ledger, checker) -> dict:
+    """The replay's row, with which cause a failure is (triage.which_cause) unless --no-cause."""
+    row = outcome.row()
+    if ledger is None:
+        return row
+    if not outcome.verdict.failed:
+        return {**row, "cause": "-", "cause signature": "-", "matched entry": "-"}
+    from torchsim_diff.triage.reduce import ReduceThenBucket
+    return {**row, **ledger.identify(ReduceThenBucket.of_checker(checker), outcome.verdict).fields()}
 
 
 # -- reduce ---------------------------------------------------------------------------
@@ -378,6 +401,7 @@ def cmd_reduce(args) -> int:
         entry = read_entry(args.case)
     except CorruptEntry as exc:
         raise UsageError(str(exc)) from None
+    ledger = None if args.no_cause else _cause_ledger(args.known_bugs)
     out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-reduce-")
     progress = (lambda line: sys.stderr.write(f"  {line}\n")) if args.verbose else None
     try:
@@ -389,9 +413,21 @@ def cmd_reduce(args) -> int:
     with open(output, "w", encoding="utf-8") as handle:
         handle.write(result.reduced.to_json() + "\n")
     print(result.summary())
+    if ledger is not None:
+        print(f"cause: {_identity_of_reduced(result.reduced, args, out_dir, ledger)}")
     print(f"reduced case written to {output}\n")
     print(result.reduced.program_source(), end="")
     return EXIT_CLEAN
+
+
+def _identity_of_reduced(case, args, out_dir: str, ledger) -> str:
+    """Which cause the reduced case's failure is, with its cause signature."""
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.triage.reduce import ReduceThenBucket
+    with Checker(out_dir=out_dir, timeout_s=args.timeout) as checker:
+        verdict = checker.check(case, args.route)
+        identity = ledger.identify(ReduceThenBucket.of_checker(checker), verdict)
+    return f"{identity.text()} (cause signature: {identity.signature or '-'})"
 
 
 # -- export ---------------------------------------------------------------------------
@@ -682,6 +718,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder for artifacts of failing replays (default: a temporary folder)")
     p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S)
     p.add_argument("--format", choices=FORMATS, default="plain")
+    p.add_argument("--known-bugs", default=default_ledger(),
+                   help="the ledger a failure's cause is looked up in: each failure is reduced and said to be "
+                        f"'known: CAUSE (project, status, upstream)' or 'new' (default: {LEDGER_DEFAULT_HELP})")
+    p.add_argument("--no-cause", action="store_true",
+                   help="do not reduce failures to name their cause (faster: raw buckets only)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("reduce", help="shrink a failing case while it fails in the same bucket on a route")
@@ -696,6 +737,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per run before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")
     p.add_argument("--verbose", "-v", action="store_true", help="print each accepted step")
+    p.add_argument("--known-bugs", default=default_ledger(),
+                   help="the ledger the reduced failure's cause is looked up in: 'known: CAUSE (project, status, "
+                        f"upstream)' or 'new' (default: {LEDGER_DEFAULT_HELP})")
+    p.add_argument("--no-cause", action="store_true", help="do not name the reduced failure's cause")
     p.set_defaults(func=cmd_reduce)
 
     p = sub.add_parser("export", help="write the reproducer bundle of a bucket")
