@@ -299,6 +299,30 @@ def test_a_large_output_prints_its_first_differing_elements_not_every_element(tm
     assert shown.count("  compiled [") == 1 and len(ast.literal_eval(shown.split("  compiled ")[1].split("\n")[0])) == plain_script.SHOWN
 
 
+class _RunsCodeWhenUnpickled:
+    """What a hostile inputs.pt would hold: unpickling it calls os.system."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_inputs_pt_that_is_not_plain_tensors_runs_no_code_and_cannot_run_here(tmp_path):
+    case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
+                     inputs=[("x0", [33, 33], [33, 1], 0, 33 * 33, {})], outputs=["v0"])
+    (tmp_path / "repro.py").write_text(bundles.render_script(_record(case, route="eager"), case))
+    torch.save(plain_script.stored_inputs(case, "wrong_values"), tmp_path / plain_script.INPUTS_FILE)
+    assert _run_with_this_env(str(tmp_path))[0] == 0          # eager: its own values pass
+
+    marker = tmp_path / "code-ran"
+    torch.save([_RunsCodeWhenUnpickled(str(marker))], tmp_path / plain_script.INPUTS_FILE)
+    status, out = _run_with_this_env(str(tmp_path))
+    assert (status, marker.exists()) == (2, False)
+    assert out.startswith("cannot run here: inputs.pt is not a file of saved tensors") and out.count("\n") == 1
+
+
 def test_pytorch_compile_error_met_on_triton_spike_reproduces_through_the_triton_route(add_case):
     pytorch = dict(route="triton-spike", upstream="not yet filed (pytorch/pytorch)")
     record = bundles.script_record(_record(add_case, kind="compile_error", **pytorch))

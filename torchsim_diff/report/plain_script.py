@@ -100,8 +100,20 @@ def inputs_source(case: Case, kind: str | None, device: str | None = None) -> tu
         lines.append(f"    {spec['name']} = {storage}.as_strided({tuple(spec['shape'])}, {tuple(lay['strides'])}{offset})")
     lines.append(f"    return [{', '.join(spec['name'] for spec in case.inputs)}]")
     if reads_file:
-        lines.insert(1, f'    saved = torch.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "{INPUTS_FILE}"))')
+        lines[1:1] = _load_saved_storages()
     return "\n".join(lines) + "\n", reads_file
+
+
+def _load_saved_storages() -> list:
+    """The lines of `inputs` that read inputs.pt: tensors only (weights_only), since a bundle is
+    shared and a pickle that is not plain tensors would run its code; such a file, or none, is
+    'cannot run here' (exit 2), never a traceback that would read as the bug reproducing."""
+    return ["    try:",
+            f'        saved = torch.load(os.path.join(os.path.dirname(os.path.abspath(__file__)), "{INPUTS_FILE}"), '
+            "weights_only=True)",
+            "    except Exception as exc:",
+            f'        sys.exit(print(f"cannot run here: {INPUTS_FILE} is not a file of saved tensors: '
+            '{type(exc).__name__}") or 2)']
 
 
 def _storage_source(case: Case, k: int, kind: str | None) -> tuple:
