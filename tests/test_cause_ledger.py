@@ -82,6 +82,48 @@ def test_causes_lists_each_with_its_counts_and_a_problem_exits_1(tmp_path, add_c
     assert "loose.json: not in a cause folder" in capsys.readouterr().err
 
 
+def _with_defect(known: str) -> dict:
+    from torchsim_diff.timing.known_defects import DEFECT_FILE
+    defect = {"title": "TOGSim: a planted defect whose title is long" + " and longer" * 12, "project": "TOGSim",
+              "status": "no upstream issue found", "upstream": "", "bucket": "togsim | units_busy | ok | planted"}
+    os.makedirs(os.path.join(known, "togsim-planted"))
+    with open(os.path.join(known, "togsim-planted", DEFECT_FILE), "w") as handle:
+        json.dump(defect, handle)
+    return defect
+
+
+def test_causes_lists_togsim_defects_as_causes_of_their_own(tmp_path, add_case, capsys):
+    known = _ledger(tmp_path, add_case)
+    defect = _with_defect(known)
+    assert main(["causes", "--known-bugs", known, "--format", "json"]) == 0
+    rows, totals = (json.loads(part) for part in capsys.readouterr().out.split("\n\n")[:2])
+    assert {"cause": "togsim-planted", "project": "TOGSim", "status": "no upstream issue found", "cases": 1,
+            "routes": "togsim", "upstream": "-", "title": defect["title"]} in rows and len(rows) == 2
+    assert {"project": "TOGSim", "causes": 1, "cases": 1, "new": 1, "reported": 0, "fixed": 0} in totals
+
+
+@pytest.mark.parametrize("columns", [120, 400])
+def test_plain_titles_are_as_wide_as_the_terminal(tmp_path, add_case, capsys, monkeypatch, columns):
+    known = _ledger(tmp_path, add_case)
+    title = _with_defect(known)["title"]
+    monkeypatch.setenv("COLUMNS", str(columns))
+    assert main(["causes", "--known-bugs", known]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("togsim-planted"))
+    if columns == 400:
+        assert line.endswith(title)
+    else:
+        assert line.endswith("…") and len(line) <= max(columns, line.index("TOGSim: ") + 40)
+
+
+def test_the_repository_ledger_lists_every_cause_and_defect(capsys):
+    from torchsim_diff.timing.known_defects import is_defect_folder
+    folders = [n for n in os.listdir(KNOWN) if ledger.is_cause_folder(os.path.join(KNOWN, n))
+               or is_defect_folder(os.path.join(KNOWN, n))]
+    assert main(["causes", "--known-bugs", KNOWN, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out.split("\n\n")[0])
+    assert sorted(row["cause"] for row in rows) == sorted(folders)
+
+
 def test_the_ledger_in_the_repository_is_whole():
     """Every known entry sits in a cause folder that reads clean; reported and fixed causes
     name their upstream; a cause's cases all fail on routes of its project's compilers."""

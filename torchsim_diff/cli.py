@@ -554,28 +554,48 @@ def _export_cause(folder: str, args) -> int:
 
 
 def cmd_causes(args) -> int:
-    """List the known bugs by root cause: project, status, cases, upstream."""
+    """List the known bugs by root cause: project, status, cases, upstream; the ledger's TOGSim
+    defects (timing.known_defects) too, each one cause with its minimal TOG as its case."""
     from torchsim_diff.report import tables
+    from torchsim_diff.timing.known_defects import BadDefect, known_defects
     from torchsim_diff.triage.causes import read_causes
     causes, problems = read_causes(args.known_bugs)
+    try:
+        defects = sorted({d.name: d for d in known_defects(args.known_bugs).values()}.values(), key=lambda d: d.name)
+    except BadDefect as exc:
+        defects, problems = [], problems + [str(exc)]
     for line in problems:
         _warn(line)
-    if not causes:
+    if not causes and not defects:
         raise UsageError(f"no root causes under {args.known_bugs}")
     rows = [{"cause": c.name, "project": c.project, "status": c.status + (f" in {c.fixed_in}" if c.fixed_in else ""),
              "cases": len(c.entries), "routes": ",".join(c.routes), "upstream": c.upstream or "-",
-             "title": c.title[:90]} for c in sorted(causes, key=lambda c: (c.project, c.status, c.name))]
+             "title": c.title} for c in causes]
+    rows += [{"cause": d.name, "project": d.project, "status": d.status, "cases": 1, "routes": "togsim",
+              "upstream": d.upstream or "-", "title": d.title} for d in defects]
+    rows.sort(key=lambda row: (row["project"], row["status"], row["cause"]))
     totals = {}
-    for c in causes:
-        counts = totals.setdefault(c.project, {"project": c.project, "causes": 0, "cases": 0,
-                                                "new": 0, "reported": 0, "fixed": 0})
+    for row in rows:
+        counts = totals.setdefault(row["project"], {"project": row["project"], "causes": 0, "cases": 0,
+                                                     "new": 0, "reported": 0, "fixed": 0})
         counts["causes"] += 1
-        counts["cases"] += len(c.entries)
-        counts[c.status] += 1
-    print(tables.render(rows, args.format, "Causes"))
+        counts["cases"] += row["cases"]
+        status = row["status"].split(" in ")[0]
+        counts[status if status in counts else "new"] += 1    # a defect with no upstream issue is new
+    print(tables.render(_titles_to_fit(rows) if args.format == "plain" else rows, args.format, "Causes"))
     print()
     print(tables.render(sorted(totals.values(), key=lambda row: row["project"]), args.format, "By project"))
     return EXIT_FINDINGS if problems else EXIT_CLEAN
+
+
+def _titles_to_fit(rows: list) -> list:
+    """The rows with titles cut to what the terminal's width leaves them (40 characters at least)."""
+    import shutil
+    from torchsim_diff.report import tables
+    others = tables.render([{k: v for k, v in row.items() if k != "title"} for row in rows], "plain")
+    room = max(40, shutil.get_terminal_size().columns - max(map(len, others.splitlines())) - 2)
+    return [{**row, "title": row["title"] if len(row["title"]) <= room else row["title"][:room - 1] + "…"}
+            for row in rows]
 
 
 # -- kernel replay ----------------------------------------------------------------------
