@@ -48,8 +48,10 @@ def _ledger_with(folder, signature: str, **cause):
 
 def _replayed(capsys, path, ledger) -> dict:
     code = main(["replay", str(path), "--routes", "double-wrong-element", "--known-bugs", str(ledger), "--format", "json"])
-    rows = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
     assert code == 1 and len(rows) == 1
+    assert f"[1/1] case on double-wrong-element: {rows[0]['got']}; {rows[0]['cause']}\n" in captured.err
     return rows[0]
 
 

@@ -349,6 +349,7 @@ def cmd_replay(args) -> int:
     ledger = None if args.no_cause else _cause_ledger(args.known_bugs)
     rows, ok = [], True
     out_dir = args.out or tempfile.mkdtemp(prefix="torchsim-diff-replay-")
+    planned = sum(len(routes_for(entry, routes)) for entry in entries)
     with Checker(out_dir=out_dir, timeout_s=args.timeout) as checker:
         available = {r for r in routes if checker.availability(r)[0]}
         for entry in entries:
@@ -359,11 +360,18 @@ def cmd_replay(args) -> int:
                     continue
                 outcome = replay_entry(checker, entry, route, known)
                 rows.append(_with_cause(outcome, ledger, checker))
+                _replayed_line(len(rows), planned, rows[-1])
                 ok &= outcome.ok
     print(render(rows, args.format))
     if corrupt:
         return EXIT_USAGE
     return EXIT_CLEAN if ok else EXIT_FINDINGS
+
+
+def _replayed_line(done: int, planned: int, row: dict) -> None:
+    """Progress on stderr as each replay ends (a ledger's worth, each failure reduced, takes minutes)."""
+    cause = f"; {row['cause']}" if row.get("cause", "-") != "-" else ""
+    sys.stderr.write(f"[{done}/{planned}] {row['entry']} on {row['route']}: {row['got']}{cause}\n")
 
 
 def _cause_ledger(folder: str):
