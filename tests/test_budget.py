@@ -1,7 +1,7 @@
 """Budgets, item clocks and adaptive timeouts: pure logic, driven by explicit clocks."""
 import pytest
 
-from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, parse_duration
+from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, interleaved_by_route, parse_duration
 from torchsim_diff.run.adaptive_timeouts import FLOOR_S, MIN_SAMPLES, P99_FACTOR, SHRINK_TIMEOUT_STEPS, TimeoutPolicy
 
 
@@ -14,6 +14,25 @@ def test_durations(text, seconds):
 def test_bad_durations_name_the_value_and_the_fix(text):
     with pytest.raises(ValueError, match=rf"budget={text!r} .*e\.g\. 600, 90s, 10m"):
         parse_duration(text)
+
+
+def test_routes_take_turns_and_each_starts_at_another_family():
+    items = [(route, family) for route in ("a", "b", "c") for family in range(4)] + [("d", 0)]
+    ordered = interleaved_by_route(items, lambda item: item[0])
+    assert sorted(ordered) == sorted(items)
+    assert [route for route, _ in ordered[:4]] == ["a", "b", "c", "d"]         # every route in the first round
+    assert [family for _, family in ordered[:3]] == [0, 1, 2]                   # route j starts at its j-th
+    assert [family for route, family in ordered if route == "b"] == [1, 2, 3, 0]
+
+
+def test_fuzz_items_are_collected_route_by_route_in_turn():
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    done = subprocess.run([sys.executable, "-m", "pytest", "fuzz", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "--routes", "eager,inductor,triton"], capture_output=True, text=True, cwd=REPO)
+    ids = [line.split("[")[1].split("-")[0] for line in done.stdout.splitlines() if line.startswith("fuzz/")]
+    assert len(ids) >= 9 and ids[:6] == ["eager", "inductor", "triton"] * 2, done.stdout[-2000:]
 
 
 def test_items_share_the_drawing_time_and_stop_with_budget_spent():

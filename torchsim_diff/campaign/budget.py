@@ -14,6 +14,7 @@ raises BudgetSpent (stop drawing: the item ends here and counts as passed).
 """
 from __future__ import annotations
 
+import itertools
 import math
 import re
 import time
@@ -75,6 +76,20 @@ class Budget:
     @classmethod
     def from_dict(cls, data: dict) -> "Budget":
         return cls(data["total_s"], data["start"], data["shrink_share"])
+
+
+def interleaved_by_route(items: list, route_of) -> list:
+    """`items` reordered so that routes take turns: one item of each route, then the next of
+    each, and so on. xdist hands items out in this order and ItemClock plans each worker's slots
+    by it, so under a budget a route listed last no longer waits for every item of the others
+    (nor gets nothing when they overrun). Route j's own items start at its j-th, so the items
+    that come last, and are cut first, are not the same family on every route."""
+    queues: dict = {}
+    for item in items:
+        queues.setdefault(route_of(item), []).append(item)
+    rotated = [queue[j % len(queue):] + queue[:j % len(queue)] for j, queue in enumerate(queues.values())]
+    gap = object()
+    return [item for turn in itertools.zip_longest(*rotated, fillvalue=gap) for item in turn if item is not gap]
 
 
 class ItemClock:

@@ -47,7 +47,7 @@ from hypothesis import HealthCheck, settings
 
 from torchsim_diff.campaign import bytecode, options
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
-from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock
+from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, interleaved_by_route
 from torchsim_diff.campaign.interrupts import sigterm_as_interrupt
 from torchsim_diff.campaign.progress import MODES, Board, Progress, ProgressThread, choose_mode, make_display
 from torchsim_diff.results.kinds import Kind
@@ -385,7 +385,12 @@ class FuzzSession:
         return {route: probed[1] for route, probed in self._availability.items() if not probed[0]}
 
     def pytest_collection_modifyitems(self, items):
-        self._fuzz_items = sum(1 for item in items if "fuzz_route" in getattr(item, "fixturenames", ()))
+        """Fuzz items take turns by route (budget.interleaved_by_route), in the places they had."""
+        places = [k for k, item in enumerate(items) if "fuzz_route" in getattr(item, "fixturenames", ())]
+        self._fuzz_items = len(places)
+        ordered = interleaved_by_route([items[k] for k in places], lambda item: item.callspec.params["fuzz_route"])
+        for place, item in zip(places, ordered):
+            items[place] = item
 
     def pytest_runtest_setup(self, item):
         if "fuzz_route" not in getattr(item, "fixturenames", ()):
