@@ -26,6 +26,18 @@ def test_every_ledger_entry_is_named_as_its_own_cause():
     assert ledger.by_bucket and not misnamed
 
 
+def test_a_signature_two_causes_hold_names_both():
+    from types import SimpleNamespace
+    from torchsim_diff.triage.causes import Cause
+    signature = "triton|wrong_values|mul|inf"
+    first, second = (Cause(folder=f"known/{name}", title=name, project="pytorch",
+                           entries=[SimpleNamespace(name=f"{name}-case", cause=signature)]) for name in ("one", "two"))
+    identity = CauseLedger([first, second]).match(signature)
+    assert identity.text() == "known, one of: one (pytorch, new) or two (pytorch, new) (their entries share this signature)"
+    assert identity.fields()["matched entry"] == "one-case, two-case"
+    assert CauseLedger([first, second]).match("triton|wrong_values|mul|nan").text() == NEW
+
+
 def _case_file(tmp_path):
     case = make_case(nodes=[{"id": "v0", "op": "add", "args": ["x0", "x1"], "attrs": {}}],
                      inputs=[("x0", [4], [1], 0, 4, {}), ("x1", [4], [1], 0, 4, {})], outputs=["v0"])

@@ -3,7 +3,7 @@
     >>> ledger = CauseLedger.read("corpora/known")
     >>> identity = ledger.identify(ReduceThenBucket.of_checker(checker), verdict)
     >>> identity.text()
-    'known: inductor-float-floor-divide-as-floor-of-quotient (pytorch, new)'
+    'known: inductor-float-floor-divide-as-floor-of-quotient (pytorch, reported, https://github.com/pytorch/pytorch/issues/188048)'
 
 A failure is identified by the cause signature of its own minimal case (the refiner reduces
 it: first divergent op, kind and trigger, or an error's normalised message), looked up among
@@ -56,8 +56,10 @@ class CauseLedger:
         self.by_bucket: dict = {}
         for cause in causes:
             for entry in cause.entries:
-                matches = self.by_bucket.setdefault(bucket_of(entry.cause), []) if entry.cause else None
-                if matches is not None and all(known is not cause for known, _ in matches):
+                if not entry.cause:       # not re-signed (its route could not run): matches nothing
+                    continue
+                matches = self.by_bucket.setdefault(bucket_of(entry.cause), [])
+                if all(known is not cause for known, _entry in matches):
                     matches.append((cause, entry.name))
 
     @classmethod
