@@ -313,3 +313,33 @@ class WrongOnFirstSightRoute(WrongElementRoute):
 for _cls in (DiesAtStartRoute, AdapterBugRoute, SlowStartRoute, HostPartRoute, TrapReportingRoute, ScratchRoute,
              WrongWhenWarmRoute, WrongOnFirstSightRoute):
     DOUBLES[_cls.name] = f"tests.route_doubles:{_cls.__name__}"
+
+
+class _TwoOpFaults(torch.overrides.TorchFunctionMode):
+    """floor_divide rounds toward zero; relu returns 0 for NaN (eager keeps the NaN)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.floor_divide:
+            return torch.div(*args, rounding_mode="trunc", **kwargs)
+        if func is torch.relu:
+            (x,) = args
+            return torch.where(torch.isnan(x), torch.zeros_like(x), func(x, **kwargs))
+        return func(*args, **kwargs)
+
+
+class TwoValueBugsRoute(Route):
+    """Two wrong-value bugs in one route (_TwoOpFaults): a reduction of a failure of the one
+    must not end on the other, and each is its own cause."""
+
+    name = "double-two-value-bugs"
+
+    def compile(self, program, example_inputs, ctx):
+        class _Faulty(Compiled):
+            def __call__(self, inputs, ctx):
+                with _TwoOpFaults():
+                    return program(*inputs)
+        return _Faulty()
+
+
+DOUBLES[TwoValueBugsRoute.name] = f"tests.route_doubles:{TwoValueBugsRoute.__name__}"

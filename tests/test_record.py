@@ -54,7 +54,8 @@ def _every_field_set() -> Record:
         artifacts="artifacts/inductor/c1", message="output 0: values differ", case=CASE,
         op_errors={"relu": {"max_abs_err": 0.5, "atol_needed": 0.6}}, known=True, signature="inductor|wrong_values",
         reduced_case=CASE, first_op="relu", trigger=["strided"], reduce_s=1.5, reduce_runs=9,
-        reduced_artifacts="artifacts/inductor/c1-min", minimal_bucket="b0", raw_bucket="b2", reduce_error="flaky",
+        reduced_artifacts="artifacts/inductor/c1-min", minimal_bucket="b0", other_failures=["inductor|crash"],
+        raw_bucket="b2", reduce_error="flaky",
         node="host/abc", note="a note", upstream="https://example.org/1", project="pytorch", found_on="triton-spike")
     assert set(values) == set(LINE_FIELDS), set(LINE_FIELDS) ^ set(values)
     record = Record(**values)

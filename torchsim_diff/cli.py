@@ -421,6 +421,9 @@ def cmd_reduce(args) -> int:
     with open(output, "w", encoding="utf-8") as handle:
         handle.write(result.reduced.to_json() + "\n")
     print(result.summary())
+    if result.other_failures:
+        print(f"{len(result.other_failures)} other failure(s) met while reducing, a finding each, not "
+              f"switched to: {'; '.join(sorted(result.other_failures))}")
     if ledger is not None:
         print(f"cause: {_identity_of_reduced(result.reduced, args, out_dir, ledger)}")
     print(f"reduced case written to {output}\n")

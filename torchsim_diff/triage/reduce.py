@@ -92,6 +92,9 @@ class ReduceResult:
     route: str
     runs: int
     seconds: float
+    # signature -> the smallest case met that failed, but not as the failure reduced: a finding
+    # of its own, never switched to (the minimal case shows the failure found)
+    other_failures: dict = dataclasses.field(default_factory=dict)
 
     @property
     def size_before(self) -> tuple:
@@ -128,7 +131,7 @@ def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None
         reducer = _Reducer(evaluator, bucket, progress or (lambda line: None))
         reduced = _settled(reducer.run(reducer.pinned(case)))
         runs = evaluator.runs
-    return ReduceResult(case, reduced, bucket, route, runs, time.perf_counter() - started)
+    return ReduceResult(case, reduced, bucket, route, runs, time.perf_counter() - started, evaluator.others)
 
 
 def _check_options(jobs, max_runs) -> int:
@@ -191,6 +194,7 @@ class _Evaluator:
         self.runs = 0
         self.original_kind: Kind | None = None
         self.cache: dict = {}
+        self.others: dict = {}     # another failure's signature -> the smallest case that failed so
         self.checkers: queue.Queue = queue.Queue()
         self.owned = not checkers
         for job, checker in enumerate(checkers or []):
@@ -227,7 +231,10 @@ class _Evaluator:
         todo = [c for c in candidates if c.case_id not in self.cache][: self.max_runs - self.runs]
         self.runs += len(todo)
         for case, verdict in zip(todo, self.pool.map(self._check, todo)):
-            self.cache[case.case_id] = self.key(verdict)
+            self.cache[case.case_id] = key = self.key(verdict)
+            other = verdict.signature if key is not None and key != bucket else None
+            if other and (other not in self.others or case.size() < self.others[other].size()):
+                self.others[other] = case
         for case in candidates:
             if self.cache.get(case.case_id) == bucket:
                 return case
@@ -985,12 +992,14 @@ class Refinement:
     runs: int
     reduced_artifacts: str | None = None
     minimal_bucket: str | None = None   # the minimal case's bucket as checked, before refinement
+    other_failures: list = dataclasses.field(default_factory=list)   # signatures of other failures met reducing
 
     def fields(self) -> dict:
         """Extra results.jsonl fields of a refined record (results.record.Record field -> value)."""
         return dict(signature=self.signature, reduced_case=self.reduced, first_op=self.first_op,
                     trigger=self.trigger, reduce_s=round(self.seconds, 3), reduce_runs=self.runs,
-                    reduced_artifacts=self.reduced_artifacts, minimal_bucket=self.minimal_bucket)
+                    reduced_artifacts=self.reduced_artifacts, minimal_bucket=self.minimal_bucket,
+                    other_failures=self.other_failures)
 
 
 class ReduceThenBucket:
@@ -1045,14 +1054,36 @@ class ReduceThenBucket:
     def _reduce_and_classify(self, verdict) -> dict:
         started = time.perf_counter()
         result = reduce_case(verdict.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
-                             checkers=[self.checker], key=signatures.reduction_key, budget_s=self._budget_for(verdict))
-        minimal = self.checker.check(result.reduced, verdict.route)
+                             checkers=[self.checker], key=self.cause_key, budget_s=self._budget_for(verdict))
+        minimal = self._without_idle_specials(self.checker.check(result.reduced, verdict.route))
         signature, first_op, trigger = self._cause(minimal, verdict)
-        refinement = Refinement(signature or verdict.signature, result.reduced.to_dict(), first_op, trigger,
+        refinement = Refinement(signature or verdict.signature, minimal.case.to_dict(), first_op, trigger,
                                 time.perf_counter() - started, result.runs + 1,
                                 minimal.artifact_dir if minimal.artifacts else None,
-                                minimal.bucket if minimal.failed else None)
+                                minimal.bucket if minimal.failed else None, sorted(result.other_failures))
         return reduction_entry(refinement.signature, refinement.fields())
+
+    def cause_key(self, verdict) -> str | None:
+        """What the reduction keeps: route, kind and place (signatures.reduction_key) and, for a
+        value failure, the first divergent op, so that the minimal case shows the bug found and
+        not another one the candidates met on the way (those are kept as other_failures)."""
+        key = signatures.reduction_key(verdict)
+        if key is None or not verdict.kind.value_failure:
+            return key
+        node = self._first_divergent_node(verdict)
+        return f"{key}|{signatures.op_key(node['op'] if node else verdict.op)}"
+
+    def _without_idle_specials(self, minimal):
+        """The minimal verdict again with the special values its failure does not need made
+        ordinary (needed_specials), so the trigger reads the elements that matter."""
+        if not minimal.failed or not minimal.kind.value_failure:
+            return minimal
+        key = self.cause_key(minimal)
+        case = needed_specials(minimal.case, lambda c: self.cause_key(self.checker.check(c, minimal.route)) == key)
+        if case is minimal.case:
+            return minimal
+        again = self.checker.check(case, minimal.route)
+        return again if self.cause_key(again) == key else minimal
 
     def _budget_for(self, verdict) -> float:
         """The reduction's base budget: a hang's covers HANG_BUDGET_TIMEOUTS timeouts, since
@@ -1086,19 +1117,22 @@ class ReduceThenBucket:
         node = self._first_divergent_node(minimal)
         first_op = node["op"] if node else minimal.op
         op_is_cause = node is not None and self._op_is_cause(minimal, node)
-        # No op that diverges, or one a neutral op can stand in for: the input is read wrong,
-        # and a NaN is only what the op made of it (one bug, whichever op showed it).
-        kind = minimal.kind if op_is_cause else minimal.kind.reduces_as
+        # No op that diverges, or one a neutral op can stand in for: the input is read wrong
+        # (one bug, whichever op showed it). A NaN is only what the op made of a wrong value:
+        # the kind is the one the reducer keeps (signatures.matching_key).
         op = first_op if op_is_cause else signatures.ANY_OP
-        return signatures.refined_signature(minimal.route, kind, op, trigger), first_op, trigger
+        return signatures.refined_signature(minimal.route, minimal.kind.reduces_as, op, trigger), first_op, trigger
 
     def _first_divergent_node(self, minimal) -> dict | None:
         """The node whose value diverges first; for a wrong input storage (or when the run with
         every intermediate as an output does not fail on an output), the first node of the
-        failing op."""
+        failing op. A case whose outputs are already all its intermediates needs no second run."""
         try:
             wide, refs = signatures.intermediates_as_outputs(minimal.case)
-            node = signatures.first_divergent_node(wide, self.checker.check(wide, minimal.route), refs)
+            if refs == list(minimal.case.outputs):
+                node = signatures.first_divergent_node(minimal.case, minimal, refs)
+            else:
+                node = signatures.first_divergent_node(wide, self.checker.check(wide, minimal.route), refs)
         except CaseError:
             node = None
         return node or next((n for n in minimal.case.nodes if n["op"] == minimal.op), None)
@@ -1213,8 +1247,14 @@ def _without(value_class: str, where: torch.Tensor, view: torch.Tensor) -> list:
 def _plain_value(view: torch.Tensor, where: torch.Tensor) -> float:
     """The first of PLAIN_VALUES that no element of `view` outside `where` holds (the first
     when they all appear)."""
+    return _plain_values(view, where)[0]
+
+
+def _plain_values(view: torch.Tensor, where: torch.Tensor) -> list:
+    """PLAIN_VALUES that no element of `view` outside `where` holds, in order, then the others."""
     others = view[~where]
-    return next((v for v in PLAIN_VALUES if not bool((others == v).any())), PLAIN_VALUE)
+    unused = [v for v in PLAIN_VALUES if not bool((others == v).any())]
+    return unused + [v for v in PLAIN_VALUES if v not in unused]
 
 
 def _value_classes(view: torch.Tensor) -> dict:
@@ -1223,6 +1263,72 @@ def _value_classes(view: torch.Tensor) -> dict:
     masks = {"nan": torch.isnan(view), "inf": torch.isinf(view),
              "subnormal": (view != 0) & (view.abs() < tiny), "negative": torch.isfinite(view) & (view < 0)}
     return {name: mask for name, mask in masks.items() if bool(mask.any())}
+
+
+# -- the special elements a failure needs (part of its trigger) --------------------------------
+# A minimal case may still hold special values that play no part: the ladder of
+# _simplify_values tries 0, the sign and integers, and a subnormal dividend that only 0 was
+# tried for stays. Each special element is made ordinary in groups, one class at a time, then
+# halves, then alone (triage.delta); those the failure needs stay. An element is idle when the
+# failure survives it made ordinary either way: the first or the second of PLAIN_VALUES that the
+# view's other elements do not hold (1.0, an integer, may pass where 0.5 fails: a floor
+# division's remainder of 1.0 by -inf is exact).
+SPECIAL_CLASSES = ("nan", "inf", "subnormal")
+ORDINARY_CHOICES = 2
+
+
+def special_elements(case: Case) -> list:
+    """(input position, flat element index, value class) of each NaN, Inf and subnormal element
+    of the float inputs' views (aliasing views are left out: their elements share storage)."""
+    found = []
+    for k, spec in enumerate(case.inputs):
+        if not spec["dtype"].startswith(("float", "bfloat")) or layout.is_overlapping(spec["shape"], spec["layout"]["strides"]):
+            continue
+        classes = _value_classes(_materialize(case, k))
+        for value_class in SPECIAL_CLASSES:
+            if value_class in classes:
+                found += [(k, int(e), value_class) for e in classes[value_class].reshape(-1).nonzero().reshape(-1)]
+    return found
+
+
+def without_elements(case: Case, elements: list, choice: int = 0) -> Case | None:
+    """`case` with the special `elements` (special_elements' triples) made ordinary: each input's
+    become the `choice`-th of PLAIN_VALUES that none of that view's ordinary elements holds."""
+    current = case
+    for k in sorted({k for k, _e, _c in elements}):
+        view = _materialize(current, k)
+        special = torch.zeros(view.numel(), dtype=torch.bool)
+        for name, mask in _value_classes(view).items():
+            if name in SPECIAL_CLASSES:
+                special |= mask.reshape(-1)
+        flat = view.reshape(-1).clone()
+        flat[[e for j, e, _c in elements if j == k]] = _plain_values(flat, special)[choice]
+        current = _with_values(current, k, flat.reshape(view.shape))
+        if current is None:
+            return None
+    return current
+
+
+def needed_specials(case: Case, still_fails) -> Case:
+    """`case` with every special element the failure does not need made ordinary (the same
+    case when it needs them all); still_fails(candidate) -> the failure survives in it."""
+    from torchsim_diff.triage.delta import needed_parts
+    elements = special_elements(case)
+    if not elements:
+        return case
+    last = [case]       # the candidate of the last removal kept: every idle element made ordinary
+
+    def fails_without(dropped):
+        for choice in range(ORDINARY_CHOICES):
+            candidate = without_elements(case, dropped, choice)
+            if candidate is not None and _is_valid(candidate) and still_fails(candidate):
+                last[0] = candidate
+                return True
+        return False
+
+    groups = [[e for e in elements if e[2] == value_class] for value_class in SPECIAL_CLASSES]
+    needed_parts(elements, fails_without, groups)
+    return last[0]
 
 
 def _without_negative_attrs(case: Case) -> list:
