@@ -95,11 +95,3 @@ def test_a_bug_seen_through_a_consumer_or_beside_an_idle_special_is_the_same_cau
         found = [_refined(checker, case)[0] for case in (alone, consumed, beside_inf)]
     assert found == [f"{TWO_BUGS}|wrong_values|relu|nan"] * 3, found
 
-
-def test_a_nan_where_the_truth_is_finite_matches_a_wrong_value_of_the_same_cause():
-    wrong = "triton|wrong_values|floor_divide|inf"
-    nonfinite = "triton|nonfinite_mismatch|floor_divide|inf"
-    assert signatures.cause_bucket(wrong) == signatures.cause_bucket(nonfinite)
-    assert signatures.cause_bucket(wrong) != signatures.cause_bucket("triton|wrong_values|floor_divide|nan")
-    error = "mlir|compile_error|LoweringException: exp|any"
-    assert signatures.matching_key(error) == error

@@ -105,3 +105,25 @@ def test_reduce_names_the_cause_of_what_it_reduced(tmp_path, capsys, double_rout
     assert code == 0
     assert f"cause: known: planted-cause (pytorch, reported, https://example.org/issue/1) " \
            f"(cause signature: {first['cause signature']})" in out
+
+
+def _cheap_route_entries() -> list:
+    """The ledger's entries on the in-process Inductor routes (the others take half an hour to
+    reduce on two cores: benchmarks/resign_known.py re-signs them)."""
+    from torchsim_diff.triage.causes import read_causes
+    causes, _problems = read_causes(LEDGER)
+    return [pytest.param(cause.name, entry, id=f"{cause.name}/{entry.name}")
+            for cause in causes for entry in cause.entries if entry.route in ("inductor", "triton") and entry.cause]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("cause_name,entry", _cheap_route_entries())
+def test_a_ledger_entry_reduced_afresh_is_named_as_its_own_cause(cause_name, entry, route_checker):
+    """A cause that stops matching its own entries is a failure: the entry's case is reduced
+    again, its trigger read again, and the lookup must name its own cause."""
+    from torchsim_diff.triage.reduce import ReduceThenBucket
+    verdict = route_checker.check(entry.case, entry.route)
+    assert verdict.failed, f"{entry.name} no longer fails on {entry.route}"
+    refiner = ReduceThenBucket(route_checker, budget_s=60)
+    identity = CauseLedger.read(LEDGER).identify(refiner, verdict)
+    assert cause_name in [c.name for c, _ in identity.causes], (identity.text(), identity.signature, entry.cause)

@@ -29,7 +29,7 @@ from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
 from torchsim_diff.results.record import EntryFields
 from torchsim_diff.timing.known_defects import is_defect_folder
-from torchsim_diff.triage.signatures import cause_bucket, on_route
+from torchsim_diff.triage.signatures import bucket_of, on_route
 
 SEED, KNOWN = "seed", "known"
 # Entry fields besides the case; each is text when present.
@@ -136,7 +136,7 @@ def known_buckets(folder: str) -> set:
 def cause_buckets(causes, route: str | None = None) -> set:
     """The buckets of cause signatures, on `route` when given (a planted route compared with the
     known bugs of the real route whose ops it shares)."""
-    return {cause_bucket(on_route(c, route) if route else c) for c in causes}
+    return {bucket_of(on_route(c, route) if route else c) for c in causes}
 
 
 def write_atomic(path: str, data: dict) -> None:

@@ -1117,11 +1117,11 @@ class ReduceThenBucket:
         node = self._first_divergent_node(minimal)
         first_op = node["op"] if node else minimal.op
         op_is_cause = node is not None and self._op_is_cause(minimal, node)
-        # No op that diverges, or one a neutral op can stand in for: the input is read wrong
-        # (one bug, whichever op showed it). A NaN is only what the op made of a wrong value:
-        # the kind is the one the reducer keeps (signatures.matching_key).
+        # No op that diverges, or one a neutral op can stand in for: the input is read wrong,
+        # and a NaN is only what the op made of it (one bug, whichever op showed it).
+        kind = minimal.kind if op_is_cause else minimal.kind.reduces_as
         op = first_op if op_is_cause else signatures.ANY_OP
-        return signatures.refined_signature(minimal.route, minimal.kind.reduces_as, op, trigger), first_op, trigger
+        return signatures.refined_signature(minimal.route, kind, op, trigger), first_op, trigger
 
     def _first_divergent_node(self, minimal) -> dict | None:
         """The node whose value diverges first; for a wrong input storage (or when the run with

@@ -253,25 +253,3 @@ def on_route(signature_text: str, route: str) -> str:
     """The same signature on another route (a planted route compared with a real route's entries)."""
     return f"{route}|{signature_text.split('|', 1)[1]}"
 
-
-# -- matching a failure to a known cause ----------------------------------------------------------
-# A cause is matched by what it needs, not by the words of one of its reductions: a value
-# failure's kind as the reducer keeps it (compiled 0 where eager gives -1, and compiled NaN where
-# eager gives Inf, from one floor-of-quotient bug, are one symptom: Kind.reduces_as), with the
-# same route, first divergent op and needed features. An error keeps its words.
-def matching_key(cause_signature: str) -> str:
-    """What a cause signature is matched by (see above)."""
-    route, sep, rest = cause_signature.partition("|")
-    kind, sep2, tail = rest.partition("|")
-    try:
-        value_kind = Kind(kind)
-    except ValueError:
-        return cause_signature
-    if not (sep and sep2) or not value_kind.value_failure:
-        return cause_signature
-    return f"{route}|{value_kind.reduces_as.value}|{tail}"
-
-
-def cause_bucket(cause_signature: str) -> str:
-    """The bucket a cause signature is matched in: that of its matching_key."""
-    return bucket_of(matching_key(cause_signature))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from torchsim_diff.triage.causes import Cause, read_causes
-from torchsim_diff.triage.signatures import cause_bucket
+from torchsim_diff.triage.signatures import bucket_of
 
 NEW = "new"
 
@@ -58,7 +58,7 @@ class CauseLedger:
             for entry in cause.entries:
                 if not entry.cause:       # not re-signed (its route could not run): matches nothing
                     continue
-                matches = self.by_bucket.setdefault(cause_bucket(entry.cause), [])
+                matches = self.by_bucket.setdefault(bucket_of(entry.cause), [])
                 if all(known is not cause for known, _entry in matches):
                     matches.append((cause, entry.name))
 
@@ -85,4 +85,4 @@ class CauseLedger:
         return self.match(verdict.refined)
 
     def match(self, signature: str) -> Identity:
-        return Identity(signature=signature, causes=tuple(self.by_bucket.get(cause_bucket(signature), ())))
+        return Identity(signature=signature, causes=tuple(self.by_bucket.get(bucket_of(signature), ())))
