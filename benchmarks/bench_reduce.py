@@ -8,7 +8,10 @@ ReduceThenBucket's base budget):
 - known: every known bug of corpora/known on the chosen real routes (hangs left out), grown
   into a bigger failing case: an unrelated input and side chain (tanh, mul, sum) and an `abs`
   of each of its outputs as an extra output;
-- records: the failing records of campaigns run with --no-reduce (results.jsonl files).
+- records: the failing records of campaigns run with --no-reduce (results.jsonl files);
+- causes: the known set reduced and bucketed as a campaign does (ReduceThenBucket): whether the
+  minimal case's cause signature is the known entry's own `cause` (no slip to another bug met on
+  the way), and how many reductions met another failure they did not switch to.
 
 Prints one line per case, then per set and over all real failures: how many, the median and
 90th percentile of nodes after reduction, seconds per reduction (median, p90, mean), route
@@ -94,13 +97,42 @@ def grown_case(case: Case) -> Case:
     return Case.from_dict(data)
 
 
-def known_cases(routes) -> list:
-    subjects = []
-    for path in sorted(glob.glob(os.path.join(KNOWN, "*.json"))):
+def known_entries(routes) -> list:
+    """The ledger's entries (corpora/known/<cause>/<entry>.json) on `routes`, hangs left out."""
+    entries = []
+    for path in sorted(glob.glob(os.path.join(KNOWN, "*", "*.json"))):
+        if os.path.basename(path) == corpus.CAUSE_FILE or os.path.basename(path) == "defect.json":
+            continue
         entry = corpus.read_entry(path)
         if entry.route in routes and entry.fields.kind not in SKIPPED_KINDS:
-            subjects.append((entry.route, os.path.basename(path)[:-5], grown_case(entry.case)))
-    return subjects
+            entries.append(entry)
+    return entries
+
+
+def known_cases(routes) -> list:
+    return [(e.route, e.name, grown_case(e.case)) for e in known_entries(routes)]
+
+
+def bench_causes(entries: list, budget_s: float) -> None:
+    """Each entry grown, then reduced and bucketed as a campaign does: is the cause kept?"""
+    kept = met_others = total = 0
+    for entry in entries:
+        with Checker(out_dir=tempfile.mkdtemp(prefix="bench_reduce_")) as checker:
+            verdict = checker.check(grown_case(entry.case), entry.route)
+            if not verdict.failed or not entry.cause:
+                print(f"  {entry.route:9} {entry.name:48} skipped: {'no cause' if verdict.failed else 'passes'}", flush=True)
+                continue
+            fields = reduce.ReduceThenBucket(checker, budget_s=budget_s).refine(verdict)
+            total += 1
+            same = verdict.refined == entry.cause
+            kept += same
+            met_others += bool(fields.get("other_failures"))
+            print(f"  {entry.route:9} {entry.name:48} {'kept' if same else 'SLIPPED'}: {verdict.refined}"
+                  + ("" if same else f" (entry: {entry.cause})")
+                  + (f"; met {len(fields['other_failures'])} other failure(s)" if fields.get("other_failures") else ""),
+                  flush=True)
+    print(f"causes: the minimal case's cause is the entry's own in {kept}/{total}; "
+          f"{met_others} reduction(s) met another failure and did not switch to it", flush=True)
 
 
 def record_cases(paths, routes) -> list:
@@ -185,7 +217,7 @@ def chosen(subjects: list, args) -> list:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sets", default="known,records", help="comma-separated: known, records, double")
+    parser.add_argument("--sets", default="known,records", help="comma-separated: known, records, causes, double")
     parser.add_argument("--routes", default="inductor,mlir,triton", help="real routes for known and records")
     parser.add_argument("--records", nargs="*", default=[], help="results.jsonl files of --no-reduce campaigns")
     parser.add_argument("--cases", type=int, default=5, help="generated cases on the double route")
@@ -202,6 +234,8 @@ def main() -> None:
         real += bench("known (grown)", chosen(known_cases(routes), args), args.budget, args.show)
     if "records" in sets:
         real += bench("campaign records", chosen(record_cases(args.records, routes), args), args.budget, args.show)
+    if "causes" in sets:
+        bench_causes([e for e in known_entries(routes) if args.only in e.name][: args.limit], args.budget)
     if "double" in sets:
         bench("double-wrong-element", chosen(generated_cases(args.cases), args), args.budget, args.show)
     if real:

@@ -238,7 +238,7 @@ def test_issue_is_in_the_projects_template_with_title_note_and_versions(add_case
     bundle = bundles.write_bundle(record, str(tmp_path / "b"), analysis="A planted analysis.")
     issue = open(os.path.join(bundle, "ISSUE.md")).read()
     lines = issue.splitlines()
-    assert lines[0] == f"<!-- File at {bundles.PROJECTS['pytorch'].file_at} -->"
+    assert lines[0] == "<!-- File at https://github.com/pytorch/pytorch/issues/new?template=pt2-bug-report.yml -->"
     assert lines[1] == "# torch.compile (Inductor CPU): relu(add(transpose(x), y)) on a permuted storage-offset input " \
                        "returns wrong values"
     assert "A planted analysis." in issue and "The first op whose result differs is `add`" in issue
@@ -246,6 +246,17 @@ def test_issue_is_in_the_projects_template_with_title_note_and_versions(add_case
     assert not any(word in issue for word in ("route", "bucket", "campaign", "torchsim"))
     assert "### 🐛 Describe the bug" in issue and "### Versions" in issue
     assert f"torch: {torch.__version__}" in issue and "PyTorch version:" in issue      # route report, collect_env
+    # the pt2 template: the run's output as its error logs, its fuzzer block's label, collect_env whole
+    assert issue.index("### Error logs") < issue.index(bundles.OUTPUT_HEADING) < issue.index("### Versions")
+    assert "`topic: fuzzer`" in issue and "float64" in bundles.FUZZER_NOTE
+    assert "Versions of relevant libraries" in issue
+
+
+def test_a_bug_outside_torch_compile_keeps_its_projects_own_template(add_case, tmp_path):
+    record = _record(add_case, route="mlir")
+    issue = bundles.render_issue(record, add_case, _bundle_with_script(tmp_path), [])
+    assert issue.splitlines()[0] == f"<!-- File at {bundles.PROJECTS['torch-mlir'].file_at} -->"
+    assert "### Error logs" not in issue and "topic: fuzzer" not in issue
 
 
 @pytest.mark.parametrize("route,upstream,project", [
@@ -472,3 +483,8 @@ def test_a_value_bug_in_the_mlir_lowering_runs_on_the_host_whichever_of_torch_ml
     bundle once stopped after the import and exited 2 (cannot tell)."""
     record = _record(add_case, route="mlir", project=project)
     assert bundles.runs_on_host(record, add_case) is runs
+
+
+def _bundle_with_script(tmp_path) -> str:
+    (tmp_path / "repro.py").write_text("print('REPRODUCES')\n")
+    return str(tmp_path)

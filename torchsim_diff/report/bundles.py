@@ -63,6 +63,11 @@ PROJECTS = {p.name: p for p in (
     Project("triton-adapter", "triton-lang/triton-ascend", "https://github.com/triton-lang/triton-ascend/issues/new",
             ("## Description", "## Environment")),
 )}
+# torch.compile bugs go to PyTorch's pt2 template, whose fuzzer block asks for the label below.
+PT2_TEMPLATE = "https://github.com/pytorch/pytorch/issues/new?template=pt2-bug-report.yml"
+PT2_ERROR_SECTION = "### Error logs"
+FUZZER_NOTE = ("Found by a differential fuzzer: the compiled program against eager PyTorch, with the same program "
+               "in float64 as the higher-precision baseline. Suggested label: `topic: fuzzer`.")
 ROUTE_PROJECT = {"eager": "pytorch", "inductor": "pytorch", "triton": "pytorch", "triton-cuda": "pytorch",
                  "mlir": "torch-mlir", "spike": "torch-mlir", "triton-spike": "triton-adapter"}
 # How the title names the compiler, per (project, route).
@@ -760,26 +765,42 @@ def _files_under(folder: str, start: str) -> list:
 OUTPUT_HEADING = "Output of `python repro.py`:"
 
 
+def is_torch_compile_bug(record: Record) -> bool:
+    """A PyTorch bug whose repro.py runs torch.compile: filed with PyTorch's pt2 template."""
+    return project_of(record).name == "pytorch" and record.route in COMPILE_ROUTES
+
+
+def filing_url(record: Record) -> str:
+    """Where the issue is filed: the upstream's template for this kind of bug."""
+    return PT2_TEMPLATE if is_torch_compile_bug(record) else project_of(record).file_at
+
+
 def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, shims: list | None = None,
                  repro_output: str | None = None, analysis: str = "", heading: str = "") -> str:
     """The issue text in the upstream project's template sections, in its own terms. shims:
     the triton shims the bug needs (minimise_shims); repro_output: what a run of repro.py
-    printed (quoted instead of the recorded message); analysis: what is known of the cause."""
+    printed (quoted instead of the recorded message); analysis: what is known of the cause.
+    A torch.compile bug follows the pt2 template: the run's output under its error-log
+    section, the fuzzer note its fuzzer block asks for, and collect_env's whole output."""
     project = project_of(record)
+    pt2 = is_torch_compile_bug(record)
     bug, versions = project.sections
     with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
         script = handle.read()
     kernel_only = _kernel_only(record, bundle)
     launch = _kernel_launch(bundle)
-    parts = [f"<!-- File at {project.file_at} -->", f"# {heading or title(record, case)}", "", bug, "",
+    parts = [f"<!-- File at {filing_url(record)} -->", f"# {heading or title(record, case)}", "", bug, "",
              _launch_description(record, case) if launch else _description(record, case, kernel_only)]
     parts += ["", analysis] if analysis else []
+    parts += ["", FUZZER_NOTE] if pt2 else []
     if record.upstream and record.upstream.startswith("https://"):
         parts += ["", f"Related: {record.upstream}"]
-    parts += ["", "```python", script.rstrip("\n"), "```", "", OUTPUT_HEADING, "", "```",
-              (repro_output or record.message or "").strip(), "```", ""]
+    output = (repro_output or record.message or "").strip()
+    parts += ["", "```python", script.rstrip("\n"), "```", ""]
+    parts += [PT2_ERROR_SECTION, "", OUTPUT_HEADING, "", "```", output, "```", ""] if pt2 else \
+        [OUTPUT_HEADING, "", "```", output, "```", ""]
     parts += _beside_the_script(record, case, bundle, shims)
-    text = launch_versions_text() if launch else versions_text(record, case, kernel_only)
+    text = launch_versions_text() if launch else versions_text(record, case, kernel_only, whole_env=pt2)
     parts += [versions, "", "```", text.rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
@@ -883,11 +904,12 @@ ENV_LINES = ("PyTorch version", "Is debug build", "OS:", "GCC version", "Clang v
              "Python platform", "Is CUDA available", "Model name", "[pip3] torch==", "[pip3] triton==", "[pip3] numpy==")
 
 
-def versions_text(record: Record, case: Case, kernel_only: bool = False) -> str:
+def versions_text(record: Record, case: Case, kernel_only: bool = False, whole_env: bool = False) -> str:
     """The versions and options repro.py runs with: for PyTorch, the relevant lines of torch's
-    collect_env and the CPU capability ATen dispatches to; the compile settings the script
-    writes; the upstream tool's version; the route's own report where torchsim-diff drives it.
-    kernel_only: the adapter alone on kernel.ttir (and the Triton that wrote the TTIR)."""
+    collect_env (all of it with `whole_env`, as the pt2 template asks) and the CPU capability
+    ATen dispatches to; the compile settings the script writes; the upstream tool's version; the
+    route's own report where torchsim-diff drives it. kernel_only: the adapter alone on
+    kernel.ttir (and the Triton that wrote the TTIR)."""
     import platform
 
     import torch
@@ -907,7 +929,9 @@ def versions_text(record: Record, case: Case, kernel_only: bool = False) -> str:
     if harness_only(route):
         lines += [f"{k}: {v}" for k, v in _route_report(route).items()]
     text = "\n".join(lines) + "\n"
-    if project_of(record).name == "pytorch":
+    if whole_env:      # the fuzzer's own package is no part of the repro
+        text += "\n" + "\n".join(line for line in _collect_env().splitlines() if "torchsim" not in line) + "\n"
+    elif project_of(record).name == "pytorch":
         text += "\n" + "\n".join(line for line in _collect_env().splitlines() if line.startswith(ENV_LINES)) + "\n"
     return text
 
