@@ -459,7 +459,7 @@ def cmd_export(args) -> int:
     except InvalidCase as exc:
         raise UsageError(f"bucket {args.bucket} in {where}: its case is invalid: {exc}") from None
     try:
-        folder = write_bundle(record, args.to)
+        folder = write_bundle(record, args.to, bisect=not args.no_bisect)
     except BundleError as exc:
         raise UsageError(str(exc)) from None
     print(f"bundle for bucket {args.bucket} ({record.route}, {record.kind}) written to {folder}")
@@ -539,7 +539,7 @@ def _export_entry(args) -> int:
         raise UsageError(f"{args.bucket}: no such corpus entry")
     try:
         record = entry_record(read_entry(args.bucket))
-        folder = write_bundle(record, args.to, minimise=not args.all_shims, run=True)
+        folder = write_bundle(record, args.to, minimise=not args.all_shims, run=True, bisect=not args.no_bisect)
     except (CorruptEntry, BundleError) as exc:
         raise UsageError(str(exc)) from None
     print(f"bundle for {args.bucket} ({record.route}, {record.kind}) written to {folder}")
@@ -557,7 +557,7 @@ def _export_cause(folder: str, args) -> int:
         shown = cause.representative()
         record = entry_record(shown).with_fields(project=cause.project, upstream=cause.upstream)
         written = write_bundle(record, args.to, minimise=not args.all_shims, run=True,
-                               analysis=analysis(cause, shown), heading=cause.title)
+                               analysis=analysis(cause, shown), heading=cause.title, bisect=not args.no_bisect)
     except (CorruptEntry, BundleError) as exc:
         raise UsageError(str(exc)) from None
     print(f"bundle for cause {cause.name} ({cause.project}, {cause.status}; case {shown.name}) written to {written}")
@@ -780,6 +780,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", required=True, type=opt.out_folder, help="folder to write the bundle into")
     p.add_argument("--all-shims", action="store_true",
                    help="triton: ship every interpreter shim instead of trying without each (faster)")
+    p.add_argument("--no-bisect", action="store_true",
+                   help="torch.compile bugs: leave out CompilerBisector's ablation (faster: it compiles tens of times)")
     p.add_argument("--from", dest="runs", nargs="+", help="run folders to search (default: the bucket history)")
     p.add_argument("--buckets", default=DEFAULT_HISTORY, help="bucket history (default: reports/buckets.sqlite)")
     p.add_argument("--known-bugs", default=default_ledger(),

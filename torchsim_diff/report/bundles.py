@@ -559,14 +559,16 @@ def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300,
 
 # -- the bundle ----------------------------------------------------------------------------
 def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
-                 run: bool = False, analysis: str = "", heading: str = "") -> str:
+                 run: bool = False, analysis: str = "", heading: str = "", bisect: bool = False) -> str:
     """Write the bundle of a results.jsonl or known-entry `record` (results.record.Record) into
     `to_dir`; returns it.
 
     The record's reduced case is used when it has one. minimise: find the triton shims the
     bug needs by running repro.py without each (slow: one run per shim). run: run repro.py
     once and quote its output in ISSUE.md (else the recorded message is quoted). analysis:
-    what is known of the cause, for ISSUE.md; heading: the title (default: `title`)."""
+    what is known of the cause, for ISSUE.md; heading: the title (default: `title`). bisect:
+    a torch.compile bug's ISSUE.md gets CompilerBisector's result (report.bisection: tens of
+    compiles, about half a minute for a one-op case)."""
     case = _case_of(record)
     if not record.route:
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
@@ -604,10 +606,16 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
                                  os.path.join(to_dir, "artifacts"))
         _keep_shipped(os.path.join(to_dir, HARNESS_RUN_DIR))
         copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
+    bisection = _bisection(record, case, to_dir) if bisect and is_torch_compile_bug(record) else ""
     _write_text(os.path.join(to_dir, "ISSUE.md"),
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
-                             analysis=analysis, heading=heading))
+                             analysis=analysis, heading=heading, bisection=bisection))
     return to_dir
+
+
+def _bisection(record: Record, case: Case, bundle: str) -> str:
+    from torchsim_diff.report.bisection import bisect
+    return bisect(record, case, cwd=bundle).text()
 
 
 def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None, heading: str) -> str | None:
@@ -776,12 +784,14 @@ def filing_url(record: Record) -> str:
 
 
 def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, shims: list | None = None,
-                 repro_output: str | None = None, analysis: str = "", heading: str = "") -> str:
+                 repro_output: str | None = None, analysis: str = "", heading: str = "",
+                 bisection: str = "") -> str:
     """The issue text in the upstream project's template sections, in its own terms. shims:
     the triton shims the bug needs (minimise_shims); repro_output: what a run of repro.py
     printed (quoted instead of the recorded message); analysis: what is known of the cause.
     A torch.compile bug follows the pt2 template: the run's output under its error-log
-    section, the fuzzer note its fuzzer block asks for, and collect_env's whole output."""
+    section, the fuzzer note its fuzzer block asks for, the ablation it asks for (bisection:
+    CompilerBisector's result, report.bisection) and collect_env's whole output."""
     project = project_of(record)
     pt2 = is_torch_compile_bug(record)
     bug, versions = project.sections
@@ -793,6 +803,7 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
              _launch_description(record, case) if launch else _description(record, case, kernel_only)]
     parts += ["", analysis] if analysis else []
     parts += ["", FUZZER_NOTE] if pt2 else []
+    parts += ["", f"Ablation: {bisection}."] if bisection else []
     if record.upstream and record.upstream.startswith("https://"):
         parts += ["", f"Related: {record.upstream}"]
     output = (repro_output or record.message or "").strip()
