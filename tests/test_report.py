@@ -52,6 +52,16 @@ def test_bucket_table_counts_and_keeps_the_smallest_case():
     assert (row["bucket"], row["count"], row["smallest (nodes)"]) == ("b1", 2, 2)
 
 
+def test_bucket_table_tells_a_reduced_failure_by_its_minimal_case():
+    # found as hardtanh over 7 nodes, reduced to the mul that diverges first: the row says so,
+    # as the bucket's page and bundle do, and marks the bucket known
+    found = _record("triton", "fail", ["hardtanh"], kind="wrong_values", bucket="k1", case_id="c").with_fields(
+        op="hardtanh", n_nodes=7, first_op="mul", known=True,
+        reduced_case={"nodes": [{"id": "v0", "op": "mul", "args": ["x0", "x1"], "attrs": {}}]})
+    (row,) = tables.bucket_rows([found])
+    assert (row["op"], row["smallest (nodes)"], row["known"]) == ("mul", 1, "known")
+
+
 def _refined(bucket, op, trigger, case_id, kind="wrong_values"):
     return _record("triton", "fail", [op], kind=kind, bucket=bucket, case_id=case_id).with_fields(
         first_op=op, trigger=trigger)

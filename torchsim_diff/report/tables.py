@@ -123,21 +123,31 @@ def tolerance_rows(records) -> list:
 
 
 def bucket_rows(records, reproducers: dict | None = None) -> list:
-    """One row per bucket: where, what, how often, and its smallest case; distinct bugs
-    first (signatures.rank_buckets: the most frequent, then each the farthest from those above)."""
+    """One row per bucket: where, what, how often, whether known, and its smallest case; distinct
+    bugs first (signatures.rank_buckets: the most frequent, then each the farthest from those
+    above). A reduced failure is told by its minimal case, as its page and bundle tell it: the op
+    is its first divergent op, the size its node count."""
     buckets: dict = {}
     for r in records:
         if not r.bucket:
             continue
         row = buckets.setdefault(r.bucket, {
-            "bucket": r.bucket, "route": r.route, "kind": r.kind, "op": r.op, "count": 0,
-            "first seen": r.case_id, "smallest (nodes)": r.n_nodes,
+            "bucket": r.bucket, "route": r.route, "kind": r.kind, "op": r.first_op or r.op, "count": 0,
+            "known": "", "first seen": r.case_id, "smallest (nodes)": _nodes(r),
             "message": r.first_message_line[:80],
             "reproducer": (reproducers or {}).get(r.bucket)})
         row["count"] += 1
-        row["smallest (nodes)"] = min(row["smallest (nodes)"], r.n_nodes or 0)
+        row["known"] = "known" if r.known or row["known"] else ""
+        row["smallest (nodes)"] = min(row["smallest (nodes)"], _nodes(r))
     order = {b: k for k, b in enumerate(signatures.ranked_buckets(records))}
     return sorted(buckets.values(), key=lambda row: order[row["bucket"]])
+
+
+def _nodes(record) -> int:
+    """A failing record's size: its reduced case's nodes when it was reduced."""
+    if record.reduced_case:
+        return len(record.reduced_case.get("nodes", ()))
+    return record.n_nodes or 0
 
 
 def timing_rows(kernels) -> list:
