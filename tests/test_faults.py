@@ -18,7 +18,7 @@ from tests.conftest import REPO, make_case
 from torchsim_diff.triage.bucket_history import BucketStore
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.results.kinds import Kind, Status
-from torchsim_diff.results.jsonl import ResultsWriter, read_all, read_records
+from torchsim_diff.results.jsonl import ResultsWriter, StorageError, read_all, read_records
 from torchsim_diff.results.record import Record
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]   # whole campaigns: the e2e set (.ci/run)
@@ -68,16 +68,48 @@ def test_sigkill_mid_campaign_then_a_rerun_into_the_same_folder_keeps_every_reco
     assert after[:len(before)] == before and len(after) == len(before) + 3 and not log.skipped
 
 
-def test_a_torn_tail_is_cut_back_with_a_warning_and_the_next_record_survives(tmp_path):
+def test_a_torn_tail_is_moved_aside_with_a_warning_and_the_next_record_survives(tmp_path):
     path = tmp_path / "results.jsonl"
     whole = "".join(json.dumps(_record(n)) + "\n" for n in range(4))
-    path.write_text(whole + json.dumps(_record(4))[:37])
+    torn = json.dumps(_record(4))[:37]
+    path.write_text(whole + torn)
     warnings = []
     with ResultsWriter(str(path), warn=warnings.append) as writer:
         writer.write(Record.from_dict(_record(5)))
-    assert warnings == [f"{path}: dropped 37 bytes of a torn last record (a killed writer) before appending"]
+    assert warnings == [f"{path}: moved 37 bytes of a torn last record (a killed writer) to results.jsonl.torn "
+                        "before appending"]
     records, log = read_all([str(path)])
     assert [r.case_id for r in records] == ["c0", "c1", "c2", "c3", "c5"] and not log.skipped
+    assert (tmp_path / "results.jsonl.torn").read_text() == torn + "\n"        # never deleted
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path):
+    # an edited or concatenated results file: its last record is whole, only its newline is missing
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(_record(0)) + "\n" + json.dumps(_record(1)))
+    warnings = []
+    with ResultsWriter(str(path), warn=warnings.append) as writer:
+        writer.write(Record.from_dict(_record(2)))
+    records, log = read_all([str(path)])
+    assert [r.case_id for r in records] == ["c0", "c1", "c2"] and not log.skipped
+    assert "kept, with one added" in warnings[0] and not (tmp_path / "results.jsonl.torn").exists()
+
+
+def test_a_results_file_that_is_a_symbolic_link_is_refused_and_its_target_untouched(tmp_path):
+    elsewhere = tmp_path / "elsewhere.txt"
+    elsewhere.write_text("not ours\n")
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.jsonl").symlink_to(elsewhere)
+    with pytest.raises(StorageError, match="symbolic link"):
+        ResultsWriter(str(tmp_path / "run" / "results.jsonl"))
+    assert elsewhere.read_text() == "not ours\n"
+
+
+def test_a_line_with_an_integer_too_long_to_read_is_skipped_and_counted(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(_record(0)) + "\n" + '{"case_id": ' + "9" * 5000 + "}\n")
+    records, log = read_all([str(path)])
+    assert [r.case_id for r in records] == ["c0"] and "a number too long to read" in log.summary()
 
 
 def test_a_torn_tail_then_a_campaign_rerun_loses_nothing(tmp_path):
@@ -87,7 +119,7 @@ def test_a_torn_tail_then_a_campaign_rerun_loses_nothing(tmp_path):
     proc = _cli("fuzz", "--routes", "eager", "--max-examples", "3", "--out", str(out), "--buckets", "none",
                 "--no-reduce")
     _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 0 and "dropped 23 bytes of a torn last record" in err
+    assert proc.returncode == 0 and "moved 23 bytes of a torn last record" in err
     records, log = read_all([str(out / "results.jsonl")])
     assert len(records) == 4 and records[0].case_id == "c0" and not log.skipped
 

@@ -3,8 +3,11 @@ loses nothing already written.
 
 A record is one `write` of one whole line to a file opened for appending, so concurrent
 writers never interleave inside a line. A killed writer can still leave a torn last line;
-the next writer cuts it back to the last newline (saying how many bytes it dropped) before
-appending, so the torn text never swallows a new record. Readers skip what they cannot
+the next writer settles it before appending (settle_tail), so the torn text never swallows
+a new record: a last line that is a whole record without its newline (an edited or
+concatenated file) gets its newline, and torn text is moved to `<file>.torn` and cut, never
+deleted. A results file that is a symbolic link is refused: records are written only into
+the run folder itself. Readers skip what they cannot
 read and say how many lines and why. Lines are results.record.Record objects as JSON
 (Record.to_dict / Record.from_dict, which checks each field's type).
 """
@@ -34,14 +37,17 @@ class ResultsWriter:
         self.path = path
         self.written = 0
         self._warn = warn or _stderr
+        if os.path.islink(path):
+            raise StorageError(f"cannot write results to {path}: it is a symbolic link (records go only into "
+                               f"the run folder itself); nothing was saved")
         try:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            dropped = cut_torn_tail(self._fd)
+            self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            settled = settle_tail(self._fd, path)
         except OSError as exc:
             raise StorageError(f"cannot write results to {path}: {_reason(exc)}; nothing was saved") from None
-        if dropped:
-            self._warn(f"{path}: dropped {dropped} bytes of a torn last record (a killed writer) before appending")
+        if settled:
+            self._warn(settled)
 
     def write(self, record: Record) -> None:
         record = stored_record(record, os.path.dirname(os.path.abspath(self.path)))
@@ -74,19 +80,47 @@ class ResultsWriter:
         self.close()
 
 
-def cut_torn_tail(fd: int) -> int:
-    """Truncate an open file back to just after its last newline; the bytes dropped."""
+TORN_SUFFIX = ".torn"
+
+
+def settle_tail(fd: int, path: str) -> str:
+    """Make an open results file end in a newline before records are appended; what was done
+    ('' when it already did). A last line that parses as a record keeps its bytes and gets its
+    newline; torn text is appended to `path` + TORN_SUFFIX, then cut from the file."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
-        return 0
+        return ""
+    start = _last_line_start(fd, size)
+    tail = os.pread(fd, size - start, start)
+    record, _why = _parse(tail)
+    if record is not None:
+        os.write(fd, b"\n")
+        return f"{path}: its last record had no newline; kept, with one added, before appending"
+    with open(path + TORN_SUFFIX, "ab") as aside:
+        aside.write(tail + b"\n")
+    os.ftruncate(fd, start)
+    return (f"{path}: moved {len(tail)} bytes of a torn last record (a killed writer) to "
+            f"{os.path.basename(path) + TORN_SUFFIX} before appending")
+
+
+def _last_line_start(fd: int, size: int) -> int:
+    """The offset just after the last newline of a file of `size` bytes (0 when it has none)."""
     keep, step = size, 1 << 16
     while keep > 0:
         start = max(keep - step, 0)
         newline = os.pread(fd, keep - start, start).rfind(b"\n")
         if newline >= 0:
-            keep = start + newline + 1
-            break
+            return start + newline + 1
         keep = start
+    return 0
+
+
+def cut_torn_tail(fd: int) -> int:
+    """Truncate an open file back to just after its last newline; the bytes dropped."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return 0
+    keep = _last_line_start(fd, size)
     os.ftruncate(fd, keep)
     return size - keep
 
@@ -171,6 +205,8 @@ def _parse(raw: bytes):
         record = json.loads(text)
     except json.JSONDecodeError:
         return None, "not JSON (a torn or foreign line)"
+    except ValueError:      # an integer past Python's 4,300-digit conversion limit
+        return None, "a number too long to read"
     except RecursionError:
         return None, f"JSON nested deeper than {files.MAX_JSON_DEPTH} levels"
     if files.depth_over(record, files.MAX_JSON_DEPTH):
