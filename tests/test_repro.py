@@ -488,3 +488,29 @@ def test_a_value_bug_in_the_mlir_lowering_runs_on_the_host_whichever_of_torch_ml
 def _bundle_with_script(tmp_path) -> str:
     (tmp_path / "repro.py").write_text("print('REPRODUCES')\n")
     return str(tmp_path)
+
+
+def test_a_bundle_is_written_only_into_a_folder_that_is_ours(add_case, tmp_path):
+    record = _record(add_case)
+    bundle = bundles.write_bundle(record, str(tmp_path / "b"))
+    assert bundles.write_bundle(record, bundle) == bundle           # an earlier export's folder: rewritten
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("a user's file")
+    with pytest.raises(bundles.BundleError, match="holds files no export wrote"):
+        bundles.write_bundle(record, str(mine))
+    assert (mine / "notes.txt").read_text() == "a user's file" and sorted(os.listdir(mine)) == ["notes.txt"]
+    # a symbolic link planted where the bundle writes is refused, and its target left alone
+    target = tmp_path / "elsewhere.md"
+    target.write_text("not ours")
+    os.unlink(os.path.join(bundle, "ISSUE.md"))
+    os.symlink(target, os.path.join(bundle, "ISSUE.md"))
+    with pytest.raises(bundles.BundleError, match="symbolic links"):
+        bundles.write_bundle(record, bundle)
+    assert target.read_text() == "not ours"
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    with pytest.raises(bundles.BundleError, match="is a symbolic link"):
+        bundles.write_bundle(record, str(link))
+    with pytest.raises(bundles.BundleError, match="not a folder"):
+        bundles.write_bundle(record, str(target))

@@ -578,7 +578,7 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
                           f"({', '.join(route_names())})")
     record = script_record(record)
     route = record.route
-    os.makedirs(to_dir, exist_ok=True)
+    claim_folder(to_dir)
     _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
     if not harness_only(route):
         stored = plain_script.stored_inputs(case, record.kind)
@@ -610,7 +610,38 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     _write_text(os.path.join(to_dir, "ISSUE.md"),
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
                              analysis=analysis, heading=heading, bisection=bisection))
+    _write_text(os.path.join(to_dir, MANIFEST), "".join(f"{name}\n" for name in sorted(os.listdir(to_dir))
+                                                        if name != MANIFEST))
     return to_dir
+
+
+# A bundle folder is ours alone: export writes into a new or empty folder, or one an earlier
+# export wrote (its manifest names every top-level entry), and never through a symbolic link.
+MANIFEST = ".bundle-manifest"
+
+
+def claim_folder(to_dir: str) -> None:
+    """Make `to_dir` ready for a bundle, or BundleError (one line) when it is not ours to write."""
+    if os.path.islink(to_dir):
+        raise BundleError(f"{to_dir} is a symbolic link: a bundle is written only into a real folder")
+    if os.path.exists(to_dir) and not os.path.isdir(to_dir):
+        raise BundleError(f"{to_dir} exists and is not a folder")
+    os.makedirs(to_dir, exist_ok=True)
+    present = set(os.listdir(to_dir)) - {MANIFEST}
+    if not present:
+        return
+    links = sorted(n for n in present | {MANIFEST} if os.path.islink(os.path.join(to_dir, n)))
+    if links:
+        raise BundleError(f"{to_dir} holds symbolic links ({', '.join(links)}): a bundle never writes through one")
+    try:
+        with open(os.path.join(to_dir, MANIFEST), encoding="utf-8") as handle:
+            ours = set(handle.read().split("\n"))
+    except OSError:
+        ours = set()
+    foreign = sorted(present - ours)
+    if foreign:
+        raise BundleError(f"{to_dir} holds files no export wrote ({', '.join(foreign[:3])}"
+                          f"{', ...' if len(foreign) > 3 else ''}): export into a new or empty folder")
 
 
 def _bisection(record: Record, case: Case, bundle: str) -> str:
@@ -715,8 +746,12 @@ def without_unused_inputs(case: Case) -> Case:
 
 
 def _write_text(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
+    """Write `path` whole through a temporary file and a rename: a symbolic link at `path` is
+    replaced, never followed."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
         handle.write(text)
+    os.replace(tmp, path)
 
 
 # What a maintainer reads of a run: sources and IR, launch specs and logs; not compiled
