@@ -187,6 +187,19 @@ def test_two_processes_sharing_a_history_lose_no_update(tmp_path):
     assert set(buckets) == {"shared", "only-a", "only-b"} and buckets["shared"]["count"] == 300
 
 
+def test_a_bucket_a_killed_run_left_unchecked_is_new_again_until_settled(tmp_path):
+    path = str(tmp_path / "buckets.sqlite")
+    killed = BucketStore(path)
+    assert killed.add(_failing("b1"))         # new; the run is then killed during its self-check
+    killed.close()
+    again = BucketStore(path)
+    assert again.add(_failing("b1")) and again.new == {"b1"}     # met again: new, checked again
+    again.settle("b1")                         # its self-check confirmed it
+    again.close()
+    assert not BucketStore(path).add(_failing("b1"))             # seen from now on
+    assert BucketStore(path).buckets["b1"]["count"] == 3
+
+
 @pytest.mark.e2e
 def test_two_concurrent_campaigns_on_one_history_keep_both_buckets(tmp_path, double_routes):
     history = str(tmp_path / "buckets.sqlite")

@@ -189,6 +189,8 @@ def report_new_buckets(result: CampaignResult, store, opts: CampaignOptions, che
     result.abandoned = {r.route: r.message for r in result.records if r.abandoned_route}
     if not opts.self_check:
         result.new_buckets = set(store.new) if store is not None else set()
+        for bucket in result.new_buckets:
+            store.settle(bucket)
         result.bundles = write_new_bundles(result.findings, result.new_buckets if store else None, opts.out_dir)
         return
     from torchsim_diff.triage.self_check import settle_new_buckets

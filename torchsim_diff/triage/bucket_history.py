@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS buckets (
     bucket TEXT PRIMARY KEY, route TEXT, kind TEXT, op TEXT, message TEXT, first_seen TEXT,
     count INTEGER NOT NULL, size TEXT NOT NULL, record TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS imported (path TEXT PRIMARY KEY, at TEXT);
+CREATE TABLE IF NOT EXISTS unsettled (bucket TEXT PRIMARY KEY);
 """
 
 
@@ -123,7 +124,9 @@ class BucketStore:
     # -- updates ---------------------------------------------------------------------------
     def add(self, record: Record) -> bool:
         """Account for one failing record in one transaction; True when its bucket is new.
-        The record is kept as its results.jsonl JSON (Record.to_dict)."""
+        The record is kept as its results.jsonl JSON (Record.to_dict). A new bucket stays
+        unsettled until its self-check ends (settle or forget): one that a killed run left
+        unsettled is new again to the next run, and checked again, never hidden as seen."""
         bucket = record.bucket
         if not bucket:
             return False
@@ -139,14 +142,24 @@ class BucketStore:
                            (bucket, record.route, record.kind, record.op,
                             _first_line(record.message), time.strftime("%Y-%m-%d %H:%M:%S"),
                             json.dumps(size), kept))
+                db.execute("INSERT OR IGNORE INTO unsettled VALUES (?)", (bucket,))
                 self.new.add(bucket)
                 return True
+            left = bucket not in self.new and db.execute(
+                "SELECT 1 FROM unsettled WHERE bucket = ?", (bucket,)).fetchone() is not None
             if size < json.loads(row[0]):
                 db.execute("UPDATE buckets SET count = count + 1, size = ?, record = ? WHERE bucket = ?",
                            (json.dumps(size), kept, bucket))
             else:
                 db.execute("UPDATE buckets SET count = count + 1 WHERE bucket = ?", (bucket,))
-        return False
+        if left:            # an earlier run ended before its self-check settled this bucket
+            self.new.add(bucket)
+        return left
+
+    def settle(self, bucket: str) -> None:
+        """This run's new bucket was self-checked and confirmed (or reported unchecked): seen."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM unsettled WHERE bucket = ?", (bucket,))
 
     def forget(self, bucket: str) -> None:
         """Take a bucket this run added back out (its self-check failed: triage.self_check),
@@ -154,6 +167,7 @@ class BucketStore:
         if bucket in self.new:
             with self._transaction() as db:
                 db.execute("DELETE FROM buckets WHERE bucket = ?", (bucket,))
+                db.execute("DELETE FROM unsettled WHERE bucket = ?", (bucket,))
             self.new.discard(bucket)
 
     def _transaction(self):

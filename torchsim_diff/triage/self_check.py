@@ -90,6 +90,8 @@ def settle_new_buckets(findings, store, out_dir: str, checker, *, interrupted: b
     for bucket in unconfirmed:
         if store is not None:
             store.forget(bucket)
+    for bucket in set(store.new) if store is not None else ():
+        store.settle(bucket)
     bundles = {b: c.bundle for b, c in checks.items() if c.confirmed}
     return Settled(set(store.new) if store is not None else set(bundles), bundles, unconfirmed, stopped)
 
