@@ -92,6 +92,7 @@ BAD_CASES = [
     ("attr int of 2**70", node("softmax", ["x0"], {"dim": 2**70}), "must be an integer"),
     ("attr list of 10000 ints", node("sum", ["x0"], {"dim": [0] * 10000, "keepdim": True}), "at most 16 integers"),
     ("attrs nested 100000 deep", '{"a": ' * 100000 + "1" + "}" * 100000, "nested deeper than"),
+    ("an integer of 5000 digits", '{"schema": ' + "9" * 5000 + "}", "a number too long to read"),
     ("reduce mode not in the set", node("scatter_reduce", ["x0", "x0", "x0"], {"dim": 0, "reduce": "os",
                                                                              "include_self": True}), "one of 'sum'"),
     ("einsum equation with code", node("einsum", ["x0"], {"equation": "ij->ji'), print('ran'"}), "einsum equation"),

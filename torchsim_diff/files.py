@@ -159,6 +159,8 @@ def parse_json(text: str, path: str):
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UnreadableFile(path, f"not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError:      # an integer past Python's 4,300-digit conversion limit
+        raise UnreadableFile(path, "not valid JSON (a number too long to read)") from None
     except RecursionError:
         raise UnreadableFile(path, f"JSON nested deeper than {MAX_JSON_DEPTH} levels") from None
     if depth_over(value, MAX_JSON_DEPTH):
