@@ -43,7 +43,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 from tests.route_doubles import DOUBLES  # noqa: E402
-from torchsim_diff.triage import corpus, reduce  # noqa: E402
+from torchsim_diff.triage import corpus, reduce, refine  # noqa: E402
 from torchsim_diff.case import layout  # noqa: E402
 from torchsim_diff.case.graph import Case  # noqa: E402
 from torchsim_diff.results.jsonl import read_records  # noqa: E402
@@ -122,7 +122,7 @@ def bench_causes(entries: list, budget_s: float) -> None:
             if not verdict.failed or not entry.cause:
                 print(f"  {entry.route:9} {entry.name:48} skipped: {'no cause' if verdict.failed else 'passes'}", flush=True)
                 continue
-            fields = reduce.ReduceThenBucket(checker, budget_s=budget_s).refine(verdict)
+            fields = refine.ReduceThenBucket(checker, budget_s=budget_s).refine(verdict)
             total += 1
             same = verdict.refined == entry.cause
             kept += same

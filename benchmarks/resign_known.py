@@ -3,7 +3,7 @@
     python benchmarks/resign_known.py [--routes triton,inductor] [--write] [--simplify] [--budget 30] [--timeout 60] [PATHS...]
 
 Each known entry (corpora/known by default) is checked on its route and, when it still fails as
-its kind, reduced and bucketed like a campaign's failure (triage.reduce.ReduceThenBucket); its
+its kind, reduced and bucketed like a campaign's failure (triage.refine.ReduceThenBucket); its
 raw `bucket`/`signature` (as its case is checked now) and its `cause` are printed, and written
 back with --write; --simplify also keeps the minimal case as the entry's case (what its bundle
 shows). An entry whose route cannot run here is left as it is and listed; one that no
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.triage.corpus import KNOWN as KNOWN_KIND, iter_entries, write_atomic
     from torchsim_diff.triage.corpus_replay import resign
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     routes = set(args.routes.split(",")) if args.routes else None
     entries = [e for e, err in iter_entries(args.paths) if e is not None and e.kind == KNOWN_KIND
                and (routes is None or e.route in routes)]

@@ -6,7 +6,7 @@ import torch
 from tests.conftest import make_case
 from torchsim_diff.results.record import Record
 from torchsim_diff.run.checker import Checker
-from torchsim_diff.triage import reduce, signatures
+from torchsim_diff.triage import reduce, refine, signatures
 from torchsim_diff.triage.corpus import cause_buckets
 
 
@@ -69,9 +69,9 @@ def test_value_ablations_name_the_special_values_a_case_holds():
     view[1] = float("inf")
     view[2] = 1e-40
     case = reduce._with_values(nan_inf, 0, view)
-    found = {feature: variants for feature, variants in reduce.value_ablations(case)}
+    found = {feature: variants for feature, variants in refine.value_ablations(case)}
     assert set(found) == {"nan", "inf", "subnormal"}
-    assert not reduce._value_classes(reduce._materialize(found["nan"][0], 0)).get("nan")
+    assert not refine._value_classes(reduce._materialize(found["nan"][0], 0)).get("nan")
 
 
 def test_negative_values_and_attributes_are_ablated_keeping_magnitude_or_order():
@@ -79,7 +79,7 @@ def test_negative_values_and_attributes_are_ablated_keeping_magnitude_or_order()
                      [("x0", [3], [1], 0, 3, {})], ["v0"])
     view = reduce._materialize(roll, 0)
     view[:] = torch.tensor([-4.0, 0.5, 2.0])
-    found = [(feature, variants) for feature, variants in reduce.value_ablations(reduce._with_values(roll, 0, view))]
+    found = [(feature, variants) for feature, variants in refine.value_ablations(reduce._with_values(roll, 0, view))]
     assert [feature for feature, _ in found] == ["negative", "negative"]
     (magnitudes, shifted), (attrs,) = found[0][1], found[1][1]
     assert reduce._materialize(magnitudes, 0).tolist() == [4.0, 0.5, 2.0]
@@ -92,14 +92,14 @@ def test_a_negative_dim_is_ablated_to_the_same_dim_counted_from_the_start_and_to
     # the sign's. Dim 2, the magnitude, is another reduction.
     total = make_case([{"id": "v0", "op": "sum", "args": ["x0"], "attrs": {"dim": [-2], "keepdim": False}}],
                       [("x0", [2, 8, 1], [8, 1, 1], 0, 16, {})], ["v0"])
-    found = dict(reduce.value_ablations(total))
+    found = dict(refine.value_ablations(total))
     assert sorted(c.nodes[0]["attrs"]["dim"] for c in found["negative"]) == [[1], [2]]
 
 
 def test_neutral_substitutes_replace_the_divergent_node_by_neutral_ops():
     case = make_case([{"id": "v0", "op": "fmod", "args": ["x0", "x1"], "attrs": {}}],
                      [("x0", [3], [1], 0, 3, {}), ("x1", [3], [1], 0, 3, {"domain": {"kind": "nonzero"}})], ["v0"])
-    ops = [[n["op"] for n in c.nodes] for c in reduce.neutral_substitutes(case, case.nodes[0])]
+    ops = [[n["op"] for n in c.nodes] for c in refine.neutral_substitutes(case, case.nodes[0])]
     assert ["neg"] in ops and ["add"] in ops and all(o != ["fmod"] for o in ops)
 
 
@@ -117,7 +117,7 @@ def test_a_layout_bug_through_an_op_names_the_trigger_not_the_op(zoo_routes, tmp
                      [transposed, ("x1", [4, 3], [3, 1], 0, 12, {"domain": {"kind": "nonzero"}})], ["v0"], seed=2)
     exp = make_case([{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}], [transposed], ["v0"], seed=4)
     with Checker(out_dir=str(tmp_path)) as checker:
-        refiner = reduce.ReduceThenBucket(checker, budget_s=60)
+        refiner = refine.ReduceThenBucket(checker, budget_s=60)
         verdicts = [checker.check(case, "zoo-layout-dropped") for case in (fmod, exp)]
         assert all(v.failed for v in verdicts), [v.message for v in verdicts]
         for verdict in verdicts:
@@ -148,6 +148,6 @@ def test_an_error_the_minimal_case_does_not_repeat_is_named_by_the_error_seen():
     seen = Verdict(case, "triton", Status.FAIL, kind=Kind.COMPILE_ERROR, message="InterpreterError: ValueError('fp64')")
     stale = Verdict(case, "triton", Status.FAIL, kind=Kind.COMPILE_ERROR,
                     message="NameError: name '__compiled_fn_1_96d96d0d_90a5' is not defined")
-    refiner = reduce.ReduceThenBucket(checker=None)
+    refiner = refine.ReduceThenBucket(checker=None)
     cause, _op, trigger = refiner._cause(stale, seen)
     assert cause == seen.signature + "|any" and trigger == []

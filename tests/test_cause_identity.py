@@ -4,7 +4,7 @@ import torch
 
 from tests.conftest import make_case
 from torchsim_diff.run.checker import Checker
-from torchsim_diff.triage import reduce, signatures
+from torchsim_diff.triage import reduce, refine, signatures
 from torchsim_diff.triage.delta import needed_parts
 
 TWO_BUGS = "double-two-value-bugs"     # floor_divide truncates; relu(NaN) is 0
@@ -34,13 +34,13 @@ def _case_with(values_per_input, nodes, outputs):
 def test_special_elements_the_failure_does_not_need_are_made_ordinary():
     nan, inf = float("nan"), float("inf")
     case = _case_with([[nan, 2.0, inf, 1e-40], [-inf, 1e-41, 3.0, 4.0]], [{"id": "v0", "op": "add", "args": ["x0", "x1"], "attrs": {}}], ["v0"])
-    assert {c for _k, _e, c in reduce.special_elements(case)} == {"nan", "inf", "subnormal"}
+    assert {c for _k, _e, c in refine.special_elements(case)} == {"nan", "inf", "subnormal"}
 
     def fails(candidate):       # a failure that needs the -inf of x1 and nothing else
         return bool(torch.isneginf(reduce._materialize(candidate, 1)).any())
 
-    kept = reduce.needed_specials(case, fails)
-    assert reduce.special_elements(kept) == [(1, 0, "inf")]
+    kept = refine.needed_specials(case, fails)
+    assert refine.special_elements(kept) == [(1, 0, "inf")]
     x0 = reduce._materialize(kept, 0)
     assert torch.isfinite(x0).all() and x0[1] == 2.0 and (x0.abs() >= torch.finfo(torch.float32).tiny).all()
 
@@ -51,15 +51,15 @@ def test_an_element_is_idle_when_either_ordinary_value_keeps_the_failure():
     def fails(candidate):       # 1.0 (the first ordinary value) happens to pass, 0.5 fails
         return bool(torch.isinf(reduce._materialize(candidate, 1)).any()) and reduce._materialize(candidate, 0)[0] != 1.0
 
-    kept = reduce.needed_specials(case, fails)
-    assert [c for _k, _e, c in reduce.special_elements(kept)] == ["inf"]
+    kept = refine.needed_specials(case, fails)
+    assert [c for _k, _e, c in refine.special_elements(kept)] == ["inf"]
     assert reduce._materialize(kept, 0).tolist() == [0.5]
 
 
 def _refined(checker, case, route=TWO_BUGS):
     verdict = checker.check(case, route)
     assert verdict.failed, verdict.message
-    refiner = reduce.ReduceThenBucket(checker, budget_s=60)
+    refiner = refine.ReduceThenBucket(checker, budget_s=60)
     fields = refiner.refine(verdict)
     return verdict.refined, fields
 
@@ -93,5 +93,5 @@ def test_a_bug_seen_through_a_consumer_or_beside_an_idle_special_is_the_same_cau
                              {"id": "v1", "op": "mul", "args": ["v0", "x1"], "attrs": {}}], ["v1"])
     with Checker(out_dir=str(tmp_path), timeout_s=30) as checker:
         found = [_refined(checker, case)[0] for case in (alone, consumed, beside_inf)]
-    assert found == [f"{TWO_BUGS}|wrong_values|relu|nan"] * 3, found
+    assert found == [f"{TWO_BUGS}|nonfinite_mismatch|relu|nan"] * 3, found
 

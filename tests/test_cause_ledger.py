@@ -155,7 +155,7 @@ def test_resigning_with_simplify_keeps_the_minimal_case_and_its_raw_bucket(tmp_p
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.triage.corpus import read_entry
     from torchsim_diff.triage.corpus_replay import replay_entry, resign
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     with Checker(out_dir=str(tmp_path / "run"), timeout_s=60) as checker:
         verdict = checker.check(add_case, "double-wrong-element")
         path = tmp_path / "entry.json"

@@ -442,7 +442,7 @@ def test_workers_killed_mid_case_three_times_cost_only_their_cases(tmp_path, fau
 @pytest.mark.e2e
 def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_were(tmp_path, fault_routes,
                                                                                   monkeypatch):
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     monkeypatch.setenv("DOUBLE_CASE_S", "0.1")
     options = ("--max-examples", "4", "--max-nodes", "3", "--seed", "1", "--reduce-budget", "600")
     undisturbed = _fuzz_here(tmp_path / "undisturbed", "double-marked-wrong", *options)
@@ -478,7 +478,7 @@ def _verdicts(records) -> list:
 
 def test_a_failure_that_does_not_fail_again_is_kept_as_found_and_the_run_goes_on(tmp_path, add_case):
     from torchsim_diff.run.checker import Verdict
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     flaky = Verdict(add_case, "eager", Status.FAIL, Kind.CRASH, "run", "worker killed by SIGSEGV")
     with Checker(out_dir=str(tmp_path)) as checker:
         fields = ReduceThenBucket(checker, budget_s=30).refine(flaky)

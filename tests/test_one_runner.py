@@ -10,7 +10,7 @@ from torchsim_diff.campaign.fuzz import CampaignOptions
 from torchsim_diff.generate.draws import first_cases
 from torchsim_diff.generate.strategies import cases
 from torchsim_diff.results.jsonl import find_results, read_records
-from torchsim_diff.triage.reduce import apply_refinements
+from torchsim_diff.triage.refine import apply_refinements
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 pytest_plugins = ["pytester"]

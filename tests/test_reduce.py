@@ -8,7 +8,7 @@ import torch
 from tests.conftest import make_case
 from torchsim_diff.case import layout
 from torchsim_diff.case.program_check import load_program
-from torchsim_diff.triage import reduce, signatures
+from torchsim_diff.triage import reduce, refine, signatures
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.base import Compiled, Route
@@ -125,13 +125,13 @@ def _verdict(kind, case):
 
 
 def test_a_hang_is_given_two_timeouts_of_budget_and_reuses_only_the_reduction_of_a_hang_of_the_same_ops():
-    refiner = reduce.ReduceThenBucket(types.SimpleNamespace(timeout_s=90.0), budget_s=60.0)
+    refiner = refine.ReduceThenBucket(types.SimpleNamespace(timeout_s=90.0), budget_s=60.0)
     tanh, exp = (make_case([{"id": "v0", "op": op, "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
                  for op in ("tanh", "exp"))
     assert refiner._budget_for(_verdict(Kind.TIMEOUT, tanh)) == 180.0
     assert refiner._budget_for(_verdict(Kind.CRASH, tanh)) == 60.0
-    assert reduce.raw_key(_verdict(Kind.TIMEOUT, tanh)) != reduce.raw_key(_verdict(Kind.TIMEOUT, exp))
-    assert reduce.raw_key(_verdict(Kind.CRASH, tanh)) == reduce.raw_key(_verdict(Kind.CRASH, exp))
+    assert refine.raw_key(_verdict(Kind.TIMEOUT, tanh)) != refine.raw_key(_verdict(Kind.TIMEOUT, exp))
+    assert refine.raw_key(_verdict(Kind.CRASH, tanh)) == refine.raw_key(_verdict(Kind.CRASH, exp))
 
 
 def test_cut_input_keeps_consumer_domain():
@@ -173,12 +173,12 @@ def test_a_special_value_is_ablated_to_a_value_its_neighbours_do_not_hold():
     """A subnormal among ones made 1.0 would hide a roll that moved it: the value it takes
     must be new to the view, and inside every value domain."""
     view = torch.tensor([1.0, 1.0, 1e-40, 0.5])
-    (without,) = reduce._without("subnormal", view == 1e-40, view)
+    (without,) = refine._without("subnormal", view == 1e-40, view)
     replaced = without[2].item()
     assert replaced not in (1.0, 0.5) and 0.5 <= replaced <= 1.0
     assert without[[0, 1, 3]].tolist() == [1.0, 1.0, 0.5]
-    (plain,) = reduce._without("nan", torch.tensor([float("nan"), 2.0]).isnan(), torch.tensor([float("nan"), 2.0]))
-    assert plain.tolist() == [reduce.PLAIN_VALUE, 2.0]
+    (plain,) = refine._without("nan", torch.tensor([float("nan"), 2.0]).isnan(), torch.tensor([float("nan"), 2.0]))
+    assert plain.tolist() == [refine.PLAIN_VALUE, 2.0]
 
 
 def test_passing_case_is_refused(double_routes, tmp_path):
@@ -396,7 +396,7 @@ def zoo_routes(monkeypatch):
 
 def _refined(route, cases, tmp_path):
     with Checker(out_dir=str(tmp_path)) as checker:
-        refiner = reduce.ReduceThenBucket(checker, budget_s=60)
+        refiner = refine.ReduceThenBucket(checker, budget_s=60)
         verdicts = [checker.check(case, route) for case in cases]
         assert all(v.failed for v in verdicts), [v.status for v in verdicts]
         fields = [refiner.refine(v) for v in verdicts]
@@ -422,7 +422,7 @@ def test_a_failure_that_reduces_to_a_known_bugs_case_is_that_known_bug(zoo_route
     sin_then_relu = make_case([{"id": "v0", "op": "sin", "args": ["x0"], "attrs": {}},
                                {"id": "v1", "op": "relu", "args": ["v0"], "attrs": {}}], [transposed], ["v1"])
     with Checker(out_dir=str(tmp_path)) as checker:
-        refiner = reduce.ReduceThenBucket(checker, budget_s=60)
+        refiner = refine.ReduceThenBucket(checker, budget_s=60)
         first, found = (checker.check(case, "zoo-layout-dropped") for case in (sin, sin_then_relu))
         # a known entry carries the cause signature of its minimal case
         known = {signatures.bucket_of(refiner.refine(first)["signature"])}
@@ -472,13 +472,13 @@ def test_two_layout_bugs_ending_in_one_index_error_keep_two_buckets(zoo_routes, 
 
 def test_session_end_refinements_replace_the_buckets_of_their_records(tmp_path):
     import json
-    (tmp_path / f"{reduce.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(
+    (tmp_path / f"{refine.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(
         {"case_id": "c1", "route": "triton", "bucket": "new", "raw_bucket": "old", "first_op": "add",
          "trigger": ["strided"]}) + "\n")
     from torchsim_diff.results.record import Record
     records = [Record(case_id="c1", route="triton", status="fail", bucket="old"),
                Record(case_id="c1", route="inductor", status="fail", bucket="other"),
                Record(case_id="c2", route="triton", status="pass", bucket=None)]
-    out = reduce.apply_refinements(records, str(tmp_path))
+    out = refine.apply_refinements(records, str(tmp_path))
     assert [r.bucket for r in out] == ["new", "other", None]
     assert out[0].trigger == ["strided"] and out[0].raw_bucket == "old" and out[0].first_op == "add"

@@ -121,7 +121,7 @@ def _cheap_route_entries() -> list:
 def test_a_ledger_entry_reduced_afresh_is_named_as_its_own_cause(cause_name, entry, route_checker):
     """A cause that stops matching its own entries is a failure: the entry's case is reduced
     again, its trigger read again, and the lookup must name its own cause."""
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     verdict = route_checker.check(entry.case, entry.route)
     assert verdict.failed, f"{entry.name} no longer fails on {entry.route}"
     refiner = ReduceThenBucket(route_checker, budget_s=60)

@@ -393,7 +393,7 @@ def _with_cause(outcome, ledger, checker) -> dict:
         return row
     if not outcome.verdict.failed:
         return {**row, "cause": "-", "cause signature": "-", "matched entry": "-"}
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     return {**row, **ledger.identify(ReduceThenBucket.of_checker(checker), outcome.verdict).fields()}
 
 
@@ -434,7 +434,7 @@ def cmd_reduce(args) -> int:
 def _identity_of_reduced(case, args, out_dir: str, ledger) -> str:
     """Which cause the reduced case's failure is, with its cause signature."""
     from torchsim_diff.run.checker import Checker
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     with Checker(out_dir=out_dir, timeout_s=args.timeout) as checker:
         verdict = checker.check(case, args.route)
         identity = ledger.identify(ReduceThenBucket.of_checker(checker), verdict)

@@ -58,7 +58,7 @@ class CampaignOptions:
     bucket_store: str | None = None
     repeat: int = 1
     budget_s: float | None = None     # stop drawing cases after this many seconds
-    reduce: bool = True                # reduce, then bucket: each new failure (triage.reduce.ReduceThenBucket)
+    reduce: bool = True                # reduce, then bucket: each new failure (triage.refine.ReduceThenBucket)
     reduce_budget_s: float = 60.0
     batch: int = 1                     # cases compiled together as one program (torchsim_diff.run.batch)
     known_bugs: str | None = dataclasses.field(default_factory=default_ledger)  # known bugs: recorded as known, not new
@@ -227,7 +227,7 @@ def new_reducer(checker: Checker, opts: CampaignOptions, cache_folder: str):
     later campaigns (another torch, a bug fixed or planted, other options) stale minimal cases."""
     if not opts.reduce:
         return None
-    from torchsim_diff.triage.reduce import ReduceThenBucket
+    from torchsim_diff.triage.refine import ReduceThenBucket
     return ReduceThenBucket(checker, budget_s=opts.reduce_budget_s,
                             cache_path=os.path.join(cache_folder or ".", "reductions.json"))
 

@@ -459,7 +459,7 @@ class FuzzSession:
         records = [r for f in find_results([self.report_dir]) for r in read_records(f)]
         if not records:
             return
-        from torchsim_diff.triage.reduce import apply_refinements
+        from torchsim_diff.triage.refine import apply_refinements
         records = [r.known_by_minimal_case(self.known) for r in apply_refinements(records, self.report_dir)]
         terminalreporter.section("torchsim-diff")
         settled = self._settle_new_buckets(records)
@@ -469,11 +469,11 @@ class FuzzSession:
 
     def _reduce_then_bucket(self) -> None:
         """Each process reduces its own new failures (xdist workers in parallel) before the
-        main process buckets them (reduce.apply_refinements in the summary)."""
+        main process buckets them (refine.apply_refinements in the summary)."""
         budget = self.config.getoption("--fuzz-reduce-budget")
         failures = [v for v in self._verdicts.values() if v.failed and not self.is_known(v)]
         if budget > 0 and failures:
-            from torchsim_diff.triage.reduce import REFINED_PREFIX, refine_verdicts
+            from torchsim_diff.triage.refine import REFINED_PREFIX, refine_verdicts
             path = os.path.join(self.report_dir, f"{REFINED_PREFIX}{self.worker_id}.jsonl")
             refine_verdicts(self._checker, failures, path, budget_s=budget)
 

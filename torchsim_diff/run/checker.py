@@ -95,7 +95,7 @@ class Verdict:
     artifact_dir: str | None = None
     artifacts: list = dataclasses.field(default_factory=list)
     t_case: float = 0.0
-    refined: str | None = None     # signature read from the reduced case (reduce.ReduceThenBucket)
+    refined: str | None = None     # signature read from the reduced case (refine.ReduceThenBucket)
 
     @property
     def failed(self) -> bool:

@@ -114,7 +114,7 @@ class CaseRunner:
         there are known bugs to match (the checker's one refiner, reused at session end)."""
         reducer = self.reducer
         if reducer is None and self.known:
-            from torchsim_diff.triage.reduce import ReduceThenBucket
+            from torchsim_diff.triage.refine import ReduceThenBucket
             reducer = ReduceThenBucket.of_checker(self.checker)
         return reducer.refine(verdict) if reducer else {}
 

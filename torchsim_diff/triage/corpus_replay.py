@@ -49,7 +49,7 @@ def resign(refiner, entry: Entry, *, simplify: bool = False) -> tuple:
     """(the entry's JSON with its raw bucket and signature, as its case is checked now, and the
     cause signature of its minimal case; what happened). The JSON is None when the entry no
     longer fails as its kind on its route (it stops reproducing: replay says so too) or could
-    not be reduced. refiner: a triage.reduce.ReduceThenBucket; each entry is reduced afresh.
+    not be reduced. refiner: a triage.refine.ReduceThenBucket; each entry is reduced afresh.
     simplify: the entry keeps the minimal case itself (fewer nodes, simpler values: what its
     bundle shows a maintainer) when that fails as its kind too."""
     refiner.by_raw.clear()          # entries sharing a raw signature each get their own cause

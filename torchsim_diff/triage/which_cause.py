@@ -72,7 +72,7 @@ class CauseLedger:
         return [matches for matches in self.by_bucket.values() if len(matches) > 1]
 
     def identify(self, refiner, verdict) -> Identity:
-        """The identity of a failing verdict; refiner: a triage.reduce.ReduceThenBucket, which
+        """The identity of a failing verdict; refiner: a triage.refine.ReduceThenBucket, which
         reduces the failure (or reuses its reduction) and sets verdict.refined."""
         if not verdict.failed:
             return Identity(unidentified="it did not fail")
