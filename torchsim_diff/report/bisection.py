@@ -1,6 +1,6 @@
 """Which part of torch.compile a bug needs, in the words PyTorch's maintainers use.
 
-    >>> found = bisect(record, case)          # run when a torch.compile bug's bundle is written
+    >>> found = bisect(record, case, settings)    # settings: the compile settings repro.py writes
     >>> found.text()
     'CompilerBisector: backend `inductor`, subsystem `lowerings`, application 3 (aten.floor_divide)'
 
@@ -81,15 +81,16 @@ def applies(record) -> str:
     return ""
 
 
-def bisect(record, case, *, cwd: str | None = None, python: str = sys.executable,
+def bisect(record, case, settings: str = "", *, cwd: str | None = None, python: str = sys.executable,
            timeout_s: float = TIMEOUT_S) -> Bisection:
-    """The bisection of a torch.compile bug (record, its minimal case); cwd: the bundle, whose
-    inputs.pt the script reads when the inputs are too large to write out."""
+    """The bisection of a torch.compile bug (record, its minimal case); settings: the compile
+    settings repro.py writes (report.bundles.compile_setup); cwd: the bundle, whose inputs.pt
+    the script reads when the inputs are too large to write out."""
     why = applies(record)
     if why:
         return Bisection(not_run=why)
     try:
-        done = subprocess.run([python, "-c", bisect_script(record, case)], capture_output=True, text=True,
+        done = subprocess.run([python, "-c", bisect_script(record, case, settings)], capture_output=True, text=True,
                               timeout=timeout_s, cwd=cwd)
     except subprocess.TimeoutExpired:
         return Bisection(not_run=f"it took over {timeout_s:.0f} s")
@@ -101,15 +102,14 @@ def bisect(record, case, *, cwd: str | None = None, python: str = sys.executable
     return Bisection(**found) if found else Bisection()
 
 
-def bisect_script(record, case) -> str:
+def bisect_script(record, case, settings: str = "") -> str:
     """The bisection script: repro.py's program, inputs, settings and tolerances, then _FOOTER."""
     from torchsim_diff.case.program_check import load_program
-    from torchsim_diff.report import bundles, plain_script
+    from torchsim_diff.report import plain_script
     inputs, _reads_file = plain_script.inputs_source(case, record.kind, None)
     tols = plain_script.tolerances(case, load_program(case.program_source())) \
         if record.kind in Kind.values_where("value_failure") else [plain_script.Tolerance(0.0, 0.0, "")] * len(case.outputs)
-    settings = bundles.compile_setup(record, case)
     head = ["import json", "import os", "import sys", "import torch", "", "",
-            bundles._program_source(case), "", inputs, "", settings,
+            case.program_source().replace("import torch\n", ""), "", inputs, "", settings,
             f"TOLERANCES = [{', '.join(t.literal() for t in tols)}]"]
     return "\n".join(head) + "\n" + _FOOTER

@@ -646,7 +646,7 @@ def claim_folder(to_dir: str) -> None:
 
 def _bisection(record: Record, case: Case, bundle: str) -> str:
     from torchsim_diff.report.bisection import bisect
-    return bisect(record, case, cwd=bundle).text()
+    return bisect(record, case, compile_setup(record, case), cwd=bundle).text()
 
 
 def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None, heading: str) -> str | None:
