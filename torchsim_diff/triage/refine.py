@@ -113,23 +113,44 @@ class ReduceThenBucket:
         started = time.perf_counter()
         result = reduce_case(verdict.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
                              checkers=[self.checker], key=self.cause_key, budget_s=self._budget_for(verdict))
-        minimal = self._without_idle_specials(self.checker.check(result.reduced, verdict.route))
+        minimal, runs, others = self.checker.check(result.reduced, verdict.route), result.runs + 1, result.other_failures
+        if self._op_free(minimal):
+            # The op that diverges first is no part of the cause (a neutral op in its place fails
+            # the same way): the trigger is, and the reduction goes on with any op reading it.
+            # The failures met through other ops were this one, not findings of their own.
+            again = reduce_case(minimal.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
+                                checkers=[self.checker], key=signatures.reduction_key, budget_s=self.budget_s)
+            minimal, runs = self.checker.check(again.reduced, verdict.route), runs + again.runs + 1
+            others = {k: v for k, v in others.items() if not k.startswith(f"{signatures.reduction_key(minimal)}|")}
+        minimal = self._without_idle_specials(minimal)
         signature, first_op, trigger = self._cause(minimal, verdict)
         refinement = Refinement(signature or verdict.signature, minimal.case.to_dict(), first_op, trigger,
-                                time.perf_counter() - started, result.runs + 1,
+                                time.perf_counter() - started, runs,
                                 minimal.artifact_dir if minimal.artifacts else None,
-                                minimal.bucket if minimal.failed else None, sorted(result.other_failures))
+                                minimal.bucket if minimal.failed else None,
+                                sorted(sig for sig, _case in others.values()))
         return reduction_entry(refinement.signature, refinement.fields())
 
     def cause_key(self, verdict) -> str | None:
         """What the reduction keeps: route, kind and place (signatures.reduction_key) and, for a
-        value failure, the first divergent op, so that the minimal case shows the bug found and
-        not another one the candidates met on the way (those are kept as other_failures)."""
+        value failure on an output of a case without in-place writes, the first divergent op, so
+        that the minimal case shows the bug found and not another one the candidates met on the
+        way (those are kept as other_failures). A write's divergence is not among the
+        intermediates compared (an in-place node is no output), so its consumers would stand in
+        for it: such a failure keeps route, kind and place alone."""
         key = signatures.reduction_key(verdict)
-        if key is None or not verdict.kind.value_failure:
+        if key is None or not verdict.kind.value_failure or not key.endswith("|output") \
+                or any(get_op(n["op"]).mutates for n in verdict.case.nodes):
             return key
         node = self._first_divergent_node(verdict)
         return f"{key}|{signatures.op_key(node['op'] if node else verdict.op)}"
+
+    def _op_free(self, minimal) -> bool:
+        """Whether the minimal value failure's first divergent op is no part of its cause."""
+        if not minimal.failed or not minimal.kind.value_failure:
+            return False
+        node = self._first_divergent_node(minimal)
+        return node is None or not self._op_is_cause(minimal, node)
 
     def _without_idle_specials(self, minimal):
         """The minimal verdict again with the special values its failure does not need made
