@@ -33,9 +33,7 @@ from torchsim_diff.triage.reduce import (DEFAULT_BUDGET_S, ReduceError, _candida
                                          _materialize, _raise_precision, _tidy, _with_geometry, _with_values,
                                          meta_results, reduce_case)
 
-# -- reduce, then bucket ---------------------------------------------------------------------
 HANG_BUDGET_TIMEOUTS = 2
-
 
 
 @dataclasses.dataclass
@@ -67,11 +65,14 @@ class ReduceThenBucket:
         >>> refiner.refine(verdict)      # sets verdict.refined; returns the record's extra fields
         >>> record.with_fields(**refiner.refine(verdict))
 
-    The minimal case gives the first divergent op (every intermediate as an output, compared
-    against float64) and the trigger (the layout and dtype features whose ablation makes the
-    failure vanish). Results are cached by case hash and route, and within a run by the
-    failure's raw signature with the layout and value classes of its case (raw_key): a failure
-    already reduced costs nothing the second time.
+    The reduction keeps the failure's first divergent op (cause_key) until the minimal case
+    shows the op is no part of the cause (_op_free); the special values the failure does not
+    need are then made ordinary (needed_specials). The minimal case gives the first divergent
+    op (every intermediate as an output, compared against float64) and the trigger (the
+    layout, dtype and value features whose ablation makes the failure vanish). Results are
+    cached by case hash and route, and within a run by the failure's raw signature with the
+    layout and value classes of its case (raw_key): a failure already reduced costs nothing
+    the second time.
     """
 
     def __init__(self, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S, cache_path: str | None = None):
