@@ -197,7 +197,7 @@ def test_script_imports_only_torch_and_the_standard_library(add_case, tmp_path):
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert names - set(sys.stdlib_module_names) == {"torch"}
-    assert sorted(os.listdir(bundle)) == ["ISSUE.md", "case.json", "repro.py"]
+    assert sorted(os.listdir(bundle)) == [bundles.MANIFEST, "ISSUE.md", "case.json", "repro.py"]
 
 
 def test_inputs_are_views_of_small_explicit_storages(add_case, tmp_path):
