@@ -118,7 +118,7 @@ class Record:
     reduce_runs: int | None = None
     reduced_artifacts: str | None = None
     minimal_bucket: str | None = None         # the minimal case's bucket as checked
-    other_failures: list | None = None        # signatures of other failures the reduction met, not switched to
+    other_failures: list | None = None        # keys of other failures the reduction met, not switched to
     raw_bucket: str | None = None             # the bucket before reduction
     reduce_error: str | None = None           # why a failure could not be reduced
     # -- where it ran (campaign.ray_cluster) ------------------------------------------------------

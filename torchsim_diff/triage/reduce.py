@@ -90,8 +90,8 @@ class ReduceResult:
     route: str
     runs: int
     seconds: float
-    # key -> (signature, the smallest case) of each failure met that was not the one reduced:
-    # a finding of its own, never switched to (the minimal case shows the failure found)
+    # key (what the reduction keeps, as the evaluator's key reads it) -> the smallest case of each
+    # failure met that was not the one reduced: a finding of its own, never switched to
     other_failures: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -192,7 +192,7 @@ class _Evaluator:
         self.runs = 0
         self.original_kind: Kind | None = None
         self.cache: dict = {}
-        self.others: dict = {}     # another failure's key -> (its signature, the smallest case that failed so)
+        self.others: dict = {}     # another failure's key -> the smallest case that failed so
         self.checkers: queue.Queue = queue.Queue()
         self.owned = not checkers
         for job, checker in enumerate(checkers or []):
@@ -230,8 +230,8 @@ class _Evaluator:
         self.runs += len(todo)
         for case, verdict in zip(todo, self.pool.map(self._check, todo)):
             self.cache[case.case_id] = key = self.key(verdict)
-            if key is not None and key != bucket and (key not in self.others or case.size() < self.others[key][1].size()):
-                self.others[key] = (verdict.signature, case)
+            if key is not None and key != bucket and (key not in self.others or case.size() < self.others[key].size()):
+                self.others[key] = case
         for case in candidates:
             if self.cache.get(case.case_id) == bucket:
                 return case

@@ -48,7 +48,9 @@ class Refinement:
     runs: int
     reduced_artifacts: str | None = None
     minimal_bucket: str | None = None   # the minimal case's bucket as checked, before refinement
-    other_failures: list = dataclasses.field(default_factory=list)   # signatures of other failures met reducing
+    # what the reduction keeps (cause_key) of each other failure it met: route|kind|place|first
+    # divergent op, or an error's signature
+    other_failures: list = dataclasses.field(default_factory=list)
 
     def fields(self) -> dict:
         """Extra results.jsonl fields of a refined record (results.record.Record field -> value)."""
@@ -129,7 +131,7 @@ class ReduceThenBucket:
                                 time.perf_counter() - started, runs,
                                 minimal.artifact_dir if minimal.artifacts else None,
                                 minimal.bucket if minimal.failed else None,
-                                sorted(sig for sig, _case in others.values()))
+                                sorted(others))
         return reduction_entry(refinement.signature, refinement.fields())
 
     def cause_key(self, verdict) -> str | None:
