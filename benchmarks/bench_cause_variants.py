@@ -99,7 +99,7 @@ def shape_variant(checker, case, route):
 
 def _grown(case, size: int, bigger: int):
     """`case` with `size` made `bigger` in every input shape, index bound and size attribute."""
-    from torchsim_diff.case import values
+    from torchsim_diff.case import layout, values
     from torchsim_diff.triage import reduce
     data = case.to_dict()
     for k, spec in enumerate(data["inputs"]):
@@ -108,6 +108,8 @@ def _grown(case, size: int, bigger: int):
             continue
         old = reduce._materialize(case, k)
         data["inputs"][k] = new_spec = reduce._reshaped(spec, shape)
+        if layout.is_overlapping(shape, new_spec["layout"]["strides"]):
+            return None          # an expanded input's values are not per element
         view = torch.full(shape, ORDINARY if old.dtype.is_floating_point else 0, dtype=old.dtype)
         view[tuple(slice(0, n) for n in old.shape)] = old
         lay = new_spec["layout"]
