@@ -27,7 +27,6 @@ Failing records to reduce come from e.g. `torchsim-diff fuzz --routes mlir --no-
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import os
 import statistics
@@ -43,7 +42,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 from tests.route_doubles import DOUBLES  # noqa: E402
-from torchsim_diff.triage import corpus, reduce, refine  # noqa: E402
+from torchsim_diff.triage import reduce, refine  # noqa: E402
 from torchsim_diff.case import layout  # noqa: E402
 from torchsim_diff.case.graph import Case  # noqa: E402
 from torchsim_diff.results.jsonl import read_records  # noqa: E402
@@ -99,14 +98,10 @@ def grown_case(case: Case) -> Case:
 
 def known_entries(routes) -> list:
     """The ledger's entries (corpora/known/<cause>/<entry>.json) on `routes`, hangs left out."""
-    entries = []
-    for path in sorted(glob.glob(os.path.join(KNOWN, "*", "*.json"))):
-        if os.path.basename(path) == corpus.CAUSE_FILE or os.path.basename(path) == "defect.json":
-            continue
-        entry = corpus.read_entry(path)
-        if entry.route in routes and entry.fields.kind not in SKIPPED_KINDS:
-            entries.append(entry)
-    return entries
+    from torchsim_diff.triage.causes import read_causes
+    causes, _problems = read_causes(KNOWN)
+    return sorted((e for c in causes for e in c.entries if e.route in routes and e.fields.kind not in SKIPPED_KINDS),
+                  key=lambda e: e.path)
 
 
 def known_cases(routes) -> list:
