@@ -117,6 +117,11 @@ def bench_causes(entries: list, budget_s: float) -> None:
             if not verdict.failed or not entry.cause:
                 print(f"  {entry.route:9} {entry.name:48} skipped: {'no cause' if verdict.failed else 'passes'}", flush=True)
                 continue
+            if not verdict.kind.value_failure and verdict.signature != entry.fields.signature:
+                # the side chain met another bug first: the found case is that bug, not the entry's
+                print(f"  {entry.route:9} {entry.name:48} skipped: the grown case fails as another bug "
+                      f"({verdict.signature[:80]})", flush=True)
+                continue
             fields = refine.ReduceThenBucket(checker, budget_s=budget_s).refine(verdict)
             total += 1
             same = verdict.refined == entry.cause
