@@ -121,9 +121,7 @@ class ReduceThenBucket:
             # The op that diverges first is no part of the cause (a neutral op in its place fails
             # the same way): the trigger is, and the reduction goes on with any op reading it.
             # The failures met through other ops were this one, not findings of their own.
-            again = reduce_case(minimal.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
-                                checkers=[self.checker], key=signatures.reduction_key, budget_s=self.budget_s)
-            minimal, runs = self.checker.check(again.reduced, verdict.route), runs + again.runs + 1
+            minimal, runs = self._reduced_with_any_op(minimal, runs)
             others = {k: v for k, v in others.items() if not k.startswith(f"{signatures.reduction_key(minimal)}|")}
         minimal = self._without_idle_specials(minimal)
         signature, first_op, trigger = self._cause(minimal, verdict)
@@ -147,6 +145,16 @@ class ReduceThenBucket:
             return key
         node = self._first_divergent_node(verdict)
         return f"{key}|{signatures.op_key(node['op'] if node else verdict.op)}"
+
+    def _reduced_with_any_op(self, minimal, runs: int) -> tuple:
+        """(verdict, runs): the minimal case reduced on, keeping route, kind and place alone; the
+        minimal case as it was when it no longer fails (a flaky failure)."""
+        try:
+            again = reduce_case(minimal.case, minimal.route, out_dir=self.checker.out_dir, jobs=1,
+                                checkers=[self.checker], key=signatures.reduction_key, budget_s=self.budget_s)
+        except ReduceError:
+            return minimal, runs
+        return self.checker.check(again.reduced, minimal.route), runs + again.runs + 1
 
     def _op_free(self, minimal) -> bool:
         """Whether the minimal value failure's first divergent op is no part of its cause."""

@@ -252,4 +252,3 @@ def hang_features(case) -> set:
 def on_route(signature_text: str, route: str) -> str:
     """The same signature on another route (a planted route compared with a real route's entries)."""
     return f"{route}|{signature_text.split('|', 1)[1]}"
-
