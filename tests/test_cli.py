@@ -76,3 +76,13 @@ def test_table_reads_the_bucket_history_that_fuzz_and_export_use(tmp_path, capsy
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("b-")}
     assert code == 0 and set(rows) == {"b-wrong", "b-crash"}
     assert rows["b-wrong"][4] == "2" and rows["b-crash"][4] == "1"
+
+
+def test_a_results_file_named_twice_is_read_once(tmp_path):
+    from torchsim_diff.results.jsonl import find_results
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("")
+    (run / "results-gw0.jsonl").write_text("")
+    found = find_results([str(run), str(run / "results.jsonl"), str(tmp_path / "run" / ".." / "run")])
+    assert found == [str(run / "results-gw0.jsonl"), str(run / "results.jsonl")]

@@ -305,16 +305,18 @@ def _leaves(relative: str) -> bool:
 
 
 def find_results(paths) -> list:
-    """Every results*.jsonl under the given files or folders."""
-    found = []
+    """Every results*.jsonl under the given files or folders, each file once however many of
+    the paths name it (`table RUN RUN/results.jsonl` reads its records once)."""
+    found = {}
     for path in paths:
         if os.path.isdir(path):
             for root, _dirs, files in os.walk(path):
-                found += [os.path.join(root, f) for f in sorted(files)
-                          if f.startswith("results") and f.endswith(".jsonl")]
+                for f in sorted(files):
+                    if f.startswith("results") and f.endswith(".jsonl"):
+                        found.setdefault(os.path.realpath(os.path.join(root, f)), os.path.join(root, f))
         elif os.path.exists(path):
-            found.append(path)
-    return sorted(found)
+            found.setdefault(os.path.realpath(path), path)
+    return sorted(found.values())
 
 
 def _reason(exc: OSError) -> str:
