@@ -1,6 +1,7 @@
 """Export every root cause of the known-bug ledger and run each repro.py as a maintainer would.
 
-    python benchmarks/export_causes.py [--to reports/causes] [--only NAME,...] [--timeout 600]
+    python benchmarks/export_causes.py [--to reports/causes] [--only NAME,...] [--projects P,...]
+                                       [--no-bisect] [--timeout 600]
 
 Each cause (corpora/known/<cause>/) is exported with `torchsim-diff export` (its plainest case,
 its title and summary; repro.py run once and quoted in ISSUE.md), then its repro.py is run
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     parser.add_argument("--to", default=os.path.join(REPO, "reports", "causes"), help="folder for the bundles")
     parser.add_argument("--only", help="only these causes (comma-separated names)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per repro.py run")
+    parser.add_argument("--projects", help="only the causes of these upstream projects (comma-separated)")
+    parser.add_argument("--no-bisect", action="store_true", help="leave out CompilerBisector (faster)")
     args = parser.parse_args(argv)
     from tabulate import tabulate
 
@@ -43,11 +46,12 @@ def main(argv=None) -> int:
     python = torch_only_python(tempfile.mkdtemp(prefix="torch-only-"))
     rows = []
     for cause in causes:
-        if only and cause.name not in only:
+        if only and cause.name not in only or args.projects and cause.project not in args.projects.split(","):
             continue
         bundle = os.path.join(args.to, cause.name)
         started = time.perf_counter()
-        exported = cli(["export", cause.folder, "--to", bundle, "--all-shims"]) == 0
+        exported = cli(["export", cause.folder, "--to", bundle, "--all-shims"]
+                       + (["--no-bisect"] if args.no_bisect else [])) == 0
         status = _run(python, bundle, args.timeout) if exported else "no bundle"
         rows.append({"cause": cause.name, "project": cause.project, "status": cause.status,
                      "route": cause.representative().route, "lines": _lines(bundle),

@@ -144,7 +144,8 @@ def test_a_cause_exports_as_its_plainest_case_with_its_title_and_summary(tmp_pat
     assert main(["export", cause.folder, "--to", str(tmp_path / "b")]) == 0
     issue = (tmp_path / "b" / "ISSUE.md").read_text()
     assert issue.splitlines()[1] == f"# {cause.title}" and cause.summary.split(".")[0] in issue
-    assert f"Related: {cause.upstream}" in issue and "$ echo $?  # 1" in issue
+    # a reported cause's draft is a comment for its thread, not a new issue
+    assert issue.startswith(f"<!-- A comment for {cause.upstream}") and "$ echo $?  # 1" in issue
     # the ablation PyTorch's template asks for, from CompilerBisector run on the bundle's case
     assert "Ablation: CompilerBisector: backend `inductor`, subsystem `" in issue, issue
     script = (tmp_path / "b" / "repro.py").read_text()

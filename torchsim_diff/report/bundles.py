@@ -30,7 +30,7 @@ import sys
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.program_check import load_program
-from torchsim_diff.report import adapter_bundle, kernel_bundle, plain_script
+from torchsim_diff.report import adapter_bundle, kernel_bundle, plain_script, quoted_output
 from torchsim_diff.report.script_text import check_script, docstring
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import Record
@@ -203,23 +203,29 @@ DEVICE_CHECK = {"cuda": 'if not torch.cuda.is_available():\n    sys.exit(print("
 LOW_PRECISION = ("float16", "bfloat16")
 
 
-def compile_setup(record: Record, case: Case | None = None) -> str:
+# The settings compile_setup writes that a bundle drops when the bug shows without them.
+OPTIONAL_SETTINGS = ("gemm_backends", "simdlen", "emulate_precision_casts")
+
+
+def compile_setup(record: Record, case: Case | None = None, dropped: tuple = ()) -> str:
     """The torch.compile lines of repro.py, with the settings the campaign compiled the case
     with (the record's versions and its dynamic decision), and Inductor's caches off: a
     kernel cached by an earlier compile would hide the bug, or show a fixed one. Only the
-    settings that differ from torch's defaults, or matter for the case, are written."""
+    settings that differ from torch's defaults, or matter for the case, are written, less the
+    OPTIONAL_SETTINGS named in `dropped`."""
     from torchsim_diff.routes import compile_options
     chosen = compile_settings(record)
     dynamic = bool(record.dynamic) if isinstance(record.dynamic, bool) else chosen["dynamic"] is True
     mode = "" if chosen["mode"] == "default" else f", mode={chosen['mode']!r}"
     lines = ["torch._inductor.config.force_disable_caches = True  # compile afresh"]
-    if record.route == "triton-cuda" and (case is None or _has_template_op(case)):
+    if record.route == "triton-cuda" and (case is None or _has_template_op(case)) and "gemm_backends" not in dropped:
         from torchsim_diff.routes.triton.shims import TRITON_GEMM_SETTINGS   # the route's matmul and conv
         lines += [f"torch._inductor.config.{name} = {value!r}" for name, value in TRITON_GEMM_SETTINGS.items()]
     width = compile_options.inductor_simdlen(chosen["simdlen"]) if record.route == "inductor" else None
-    if width is not None:   # torch's default is the host's widest ISA, and a bug may live in one width only
+    if width is not None and "simdlen" not in dropped:   # torch's default is the host's widest ISA, and a bug may live in one width only
         lines.append(f"torch._inductor.config.cpp.simdlen = {width}  # the vector width the bug was found with")
-    if case is None or _touches_low_precision(case) or not chosen["emulate_precision_casts"]:
+    if (case is None or _touches_low_precision(case) or not chosen["emulate_precision_casts"]) \
+            and "emulate_precision_casts" not in dropped:
         lines.append(f"torch._inductor.config.emulate_precision_casts = {bool(chosen['emulate_precision_casts'])}")
     lines.append(f"compiled = torch.compile(program, fullgraph=True, dynamic={dynamic}{mode})")
     return "\n".join(lines)
@@ -299,7 +305,15 @@ def standalone_routes() -> list:
     return sorted(ROUTE_SETUP)
 
 
-def render_script(record: Record, case: Case, heading: str = "") -> str:
+@dataclasses.dataclass(frozen=True)
+class ScriptOptions:
+    """How plain repro.py is written: at torch.testing's default tolerances (plain_script.tolerances)
+    or at eager's own error, and the OPTIONAL_SETTINGS it leaves out."""
+    at_defaults: bool = False
+    dropped: tuple = ()
+
+
+def render_script(record: Record, case: Case, heading: str = "", options: ScriptOptions = ScriptOptions()) -> str:
     """The text of repro.py (see module docstring and report.plain_script); heading: its
     title (default: `title`)."""
     route = record.route
@@ -315,7 +329,7 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
     elif route in IMPORT_ONLY:
         setup = _MLIR_IMPORT
     elif route in COMPILE_ROUTES:
-        setup = compile_setup(record, case)
+        setup = compile_setup(record, case, options.dropped)
     else:
         setup = "compiled = program"
     device = _device_of(route)
@@ -325,18 +339,25 @@ def render_script(record: Record, case: Case, heading: str = "") -> str:
     imports += ([f"    {env}"] if env else []) + ["    import torch"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     imports += [device_check] if device_check else []
-    body = [_program_source(case), inputs]
-    guard = {Kind.TIMEOUT.value: _WATCHDOG, Kind.CRASH.value: _CRASH_GUARD}.get(record.kind)
-    if guard:   # the process that shows the bug may not come back to say so
-        body.insert(0, guard)
     kind = record.kind if not (route in IMPORT_ONLY and not host) else Kind.COMPILE_ERROR.value
     # tolerances come from eager and float64 runs: only a value failure has values to hold to them
     # (eager may reject the program of an invalid_case)
-    tols = plain_script.tolerances(case, load_program(case.program_source())) \
-        if kind in Kind.values_where("value_failure") else []
+    values = kind in Kind.values_where("value_failure")
+    tols = plain_script.tolerances(case, load_program(case.program_source()), options.at_defaults) if values else []
+    body = [_program_source(case)] + (plain_script.pickers_source(case) if values else []) + [inputs]
+    guard = {Kind.TIMEOUT.value: _WATCHDOG, Kind.CRASH.value: _CRASH_GUARD}.get(record.kind)
+    if guard:   # the process that shows the bug may not come back to say so
+        body.insert(0, guard)
     body.append(setup + "\n" + plain_script.run_source(case, kind, tols, compiler, device))
     text = docstring(doc) + "\n" + "\n".join(imports) + "\n\n\n" + "\n\n".join(body)
     return check_script(text.rstrip("\n") + "\n", doc)
+
+
+def uses_tolerances(record: Record, case: Case) -> bool:
+    """Whether repro.py compares float values at a tolerance (render_script's `at_defaults` matters)."""
+    if harness_only(record.route) or (record.route in IMPORT_ONLY and not runs_on_host(record, case)):
+        return False
+    return record.kind in Kind.values_where("value_failure")
 
 
 def _device_of(route: str) -> str | None:
@@ -504,19 +525,17 @@ def _outcome(bundle: str, python: str, timeout_s: float) -> tuple:
 
 
 def run_script(bundle: str, python: str = sys.executable, timeout_s: float = 300) -> str:
-    """repro.py's output (last 40 lines) and exit status."""
-    status, out, _err = run_repro(bundle, python, timeout_s)
-    return quoted_run(bundle, status, out, timeout_s)
+    """repro.py's output and exit status, as ISSUE.md quotes them (quoted_run)."""
+    status, out, err = run_repro(bundle, python, timeout_s)
+    return quoted_run(bundle, status, out, timeout_s, err)
 
 
-def quoted_run(bundle: str, status, out: str, timeout_s: float) -> str:
-    """A run of the bundle's repro.py as ISSUE.md quotes it: its last 40 lines of output and
-    its exit status."""
+def quoted_run(bundle: str, status, out: str, timeout_s: float, err: str = "") -> str:
+    """A run of the bundle's repro.py as ISSUE.md quotes it (report.quoted_output: long output
+    summarised, stderr where it holds the evidence, no path of this machine)."""
     if status == TIMED_OUT:
         return f"(no result within {timeout_s:g} s)"
-    out = out.replace(os.path.abspath(bundle) + os.sep, "")     # the folder it ran in is the exporter's
-    lines = out.rstrip("\n").splitlines()[-40:]
-    return "\n".join(lines + [f"$ echo $?  # {status}"])
+    return quoted_output.quoted(status, out, err, bundle)
 
 
 def requote_run(bundle: str, quoted: str) -> None:
@@ -559,7 +578,8 @@ def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300,
 
 # -- the bundle ----------------------------------------------------------------------------
 def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
-                 run: bool = False, analysis: str = "", heading: str = "", bisect: bool = False) -> str:
+                 run: bool = False, analysis: str = "", heading: str = "", bisect: bool = False,
+                 status: str = "new") -> str:
     """Write the bundle of a results.jsonl or known-entry `record` (results.record.Record) into
     `to_dir`; returns it.
 
@@ -568,7 +588,8 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     once and quote its output in ISSUE.md (else the recorded message is quoted). analysis:
     what is known of the cause, for ISSUE.md; heading: the title (default: `title`). bisect:
     a torch.compile bug's ISSUE.md gets CompilerBisector's result (report.bisection: tens of
-    compiles, about half a minute for a one-op case)."""
+    compiles, about half a minute for a one-op case). status: the cause's upstream status, which
+    decides the draft (THREAD_DRAFTS)."""
     case = _case_of(record)
     if not record.route:
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
@@ -593,12 +614,17 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     if route in IMPORT_ONLY:
         from torchsim_diff.report import mlir_host
         mlir_host.write_ir(case, to_dir, lower=record.kind != Kind.TIMEOUT.value)
-    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
+    if run or minimise:
+        options, first_run = _plainest_script(record, case, to_dir, heading)
+    else:
+        options, first_run = ScriptOptions(), None
+        _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
     kernel_only = ((adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading))
                    or (kernel_bundle.is_kernel_value_bug(record)
                        and _kernel_value_bundle(record, case, to_dir, artifacts_dir, heading)))
     shims = minimise_shims(to_dir) if route == "triton" and minimise else None
-    repro_output = run_script(to_dir) if run else None
+    repro_output = (quoted_run(to_dir, first_run[0], first_run[1], 300, first_run[2]) if first_run and shims is None else run_script(to_dir)) \
+        if run else None
     kernel_bundle.remove_built(to_dir)
     copied = []
     if harness_only(route) and not kernel_only:    # the route's files are the evidence repro.py lacks
@@ -606,13 +632,54 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
                                  os.path.join(to_dir, "artifacts"))
         _keep_shipped(os.path.join(to_dir, HARNESS_RUN_DIR))
         copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
-    bisection = _bisection(record, case, to_dir) if bisect and is_torch_compile_bug(record) else ""
+    bisection = _bisection(record, case, to_dir, options.dropped) if bisect and is_torch_compile_bug(record) else ""
+    tolerance = _tolerance_note(options) if uses_tolerances(record, case) and first_run else ""
     _write_text(os.path.join(to_dir, "ISSUE.md"),
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
-                             analysis=analysis, heading=heading, bisection=bisection))
+                             analysis=analysis, heading=heading, bisection=bisection, tolerance=tolerance,
+                             options=options, status=status))
     _write_text(os.path.join(to_dir, MANIFEST), "".join(f"{name}\n" for name in sorted(os.listdir(to_dir))
                                                         if name != MANIFEST))
     return to_dir
+
+
+def _plainest_script(record: Record, case: Case, to_dir: str, heading: str) -> tuple:
+    """Write the plainest repro.py that shows the bug: at torch.testing's default tolerances
+    when they show it (PyTorch asks fuzzer reports to keep them), else at eager's own error;
+    then without each optional compile setting it shows without. (ScriptOptions, the last run
+    that reproduced: (status, stdout, stderr), or None where nothing was run)."""
+    def write(options: ScriptOptions) -> None:
+        _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading, options))
+    if harness_only(record.route) or record.route in IMPORT_ONLY and not runs_on_host(record, case):
+        write(ScriptOptions())
+        return ScriptOptions(), None
+    options = ScriptOptions(at_defaults=uses_tolerances(record, case))
+    write(options)
+    outcome = run_repro(to_dir)
+    if outcome[0] == 0 and options.at_defaults:
+        options = ScriptOptions()
+        write(options)
+        outcome = run_repro(to_dir)
+    if outcome[0] != 1 or record.route not in COMPILE_ROUTES:
+        return options, outcome
+    for name in OPTIONAL_SETTINGS:
+        fewer = dataclasses.replace(options, dropped=options.dropped + (name,))
+        if compile_setup(record, case, fewer.dropped) == compile_setup(record, case, options.dropped):
+            continue
+        write(fewer)
+        tried = run_repro(to_dir)
+        if tried[0] == 1:
+            options, outcome = fewer, tried
+    write(options)
+    return options, outcome
+
+
+def _tolerance_note(options: ScriptOptions) -> str:
+    if options.at_defaults:
+        return "Tolerances: torch.testing's defaults."
+    return ("Tolerances: torch.testing's default atol hides this bug (the values involved are smaller than it), so "
+            "the script's atol is twice eager's own largest error against float64, and one subnormal step where "
+            "eager is exact; rtol is torch.testing's default.")
 
 
 # A bundle folder is ours alone: export writes into a new or empty folder, or one an earlier
@@ -644,9 +711,9 @@ def claim_folder(to_dir: str) -> None:
                           f"{', ...' if len(foreign) > 3 else ''}): export into a new or empty folder")
 
 
-def _bisection(record: Record, case: Case, bundle: str) -> str:
+def _bisection(record: Record, case: Case, bundle: str, dropped: tuple) -> str:
     from torchsim_diff.report.bisection import bisect
-    return bisect(record, case, compile_setup(record, case), cwd=bundle).text()
+    return bisect(record, case, compile_setup(record, case, dropped), cwd=bundle).text()
 
 
 def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None, heading: str) -> str | None:
@@ -818,15 +885,28 @@ def filing_url(record: Record) -> str:
     return PT2_TEMPLATE if is_torch_compile_bug(record) else project_of(record).file_at
 
 
+# The draft for a cause upstream already has: a comment for its thread (what this case adds),
+# or the re-test of its fix; a new cause gets an issue in the project's template.
+THREAD_DRAFTS = {
+    "reported": "<!-- A comment for {url}: already reported there; this case adds the trigger, program and versions "
+                "below -->",
+    "fixed": "<!-- Re-test of the fix of {url}: run repro.py on a build with the fix (exit 0: fixed, 1: still "
+             "reproduces); no new issue -->",
+}
+
+
 def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, shims: list | None = None,
                  repro_output: str | None = None, analysis: str = "", heading: str = "",
-                 bisection: str = "") -> str:
+                 bisection: str = "", tolerance: str = "", options: ScriptOptions = ScriptOptions(),
+                 status: str = "new") -> str:
     """The issue text in the upstream project's template sections, in its own terms. shims:
     the triton shims the bug needs (minimise_shims); repro_output: what a run of repro.py
     printed (quoted instead of the recorded message); analysis: what is known of the cause.
     A torch.compile bug follows the pt2 template: the run's output under its error-log
     section, the fuzzer note its fuzzer block asks for, the ablation it asks for (bisection:
-    CompilerBisector's result, report.bisection) and collect_env's whole output."""
+    CompilerBisector's result, report.bisection) and collect_env's whole output. status: a
+    cause upstream has ("reported", "fixed") gets the draft of a comment for its thread instead
+    (THREAD_DRAFTS), without the template's sections."""
     project = project_of(record)
     pt2 = is_torch_compile_bug(record)
     bug, versions = project.sections
@@ -834,23 +914,32 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
         script = handle.read()
     kernel_only = _kernel_only(record, bundle)
     launch = _kernel_launch(bundle)
-    parts = [f"<!-- File at {filing_url(record)} -->", f"# {heading or title(record, case)}", "", bug, "",
-             _launch_description(record, case) if launch else _description(record, case, kernel_only)]
+    upstream = record.upstream if record.upstream and record.upstream.startswith("https://") else ""
+    thread = status if upstream and status in THREAD_DRAFTS else "new"
+    described = _launch_description(record, case) if launch else _description(record, case, kernel_only)
+    if thread == "new":
+        parts = [f"<!-- File at {filing_url(record)} -->", f"# {heading or title(record, case)}", "", bug, "",
+                 described]
+    else:
+        parts = [THREAD_DRAFTS[thread].format(url=upstream), f"# {heading or title(record, case)}", "",
+                 described]
     parts += ["", analysis] if analysis else []
-    parts += ["", FUZZER_NOTE] if pt2 else []
+    parts += ["", FUZZER_NOTE] if pt2 and thread == "new" else []
+    parts += ["", tolerance] if tolerance else []
     parts += ["", f"Ablation: {bisection}."] if bisection else []
-    if record.upstream and record.upstream.startswith("https://"):
-        parts += ["", f"Related: {record.upstream}"]
+    if upstream and thread == "new":
+        parts += ["", f"Related: {upstream}"]
     output = (repro_output or record.message or "").strip()
     parts += ["", "```python", script.rstrip("\n"), "```", ""]
-    parts += [PT2_ERROR_SECTION, "", OUTPUT_HEADING, "", "```", output, "```", ""] if pt2 else \
-        [OUTPUT_HEADING, "", "```", output, "```", ""]
+    parts += [PT2_ERROR_SECTION, ""] if pt2 and thread == "new" else []
+    parts += [OUTPUT_HEADING, "", "```", output, "```", ""]
     parts += _beside_the_script(record, case, bundle, shims)
-    text = launch_versions_text() if launch else versions_text(record, case, kernel_only, whole_env=pt2)
-    parts += [versions, "", "```", text.rstrip("\n"), "```", ""]
+    text = launch_versions_text() if launch else versions_text(record, case, kernel_only, whole_env=pt2,
+                                                               dropped=options.dropped)
+    parts += [versions if thread == "new" else "Versions:", "", "```", text.rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
-    return "\n".join(parts)
+    return quoted_output.without_machine_paths("\n".join(parts), bundle)
 
 
 def _beside_the_script(record: Record, case: Case, bundle: str, shims) -> list:
@@ -942,7 +1031,10 @@ def _compiler_name(record: Record) -> str:
 
 
 def _found_on(record: Record) -> str:
-    return f" (found through {record.found_on}, which compiles the same kernels)" if record.found_on else ""
+    if not record.found_on:
+        return ""
+    through = COMPILER_NAMES.get((project_of(record).name, record.found_on), record.found_on)
+    return f" (found through {through}, which compiles the same kernels)"
 
 
 # collect_env lines a compiler bug report needs (the rest is GPU and driver detail).
@@ -950,7 +1042,8 @@ ENV_LINES = ("PyTorch version", "Is debug build", "OS:", "GCC version", "Clang v
              "Python platform", "Is CUDA available", "Model name", "[pip3] torch==", "[pip3] triton==", "[pip3] numpy==")
 
 
-def versions_text(record: Record, case: Case, kernel_only: bool = False, whole_env: bool = False) -> str:
+def versions_text(record: Record, case: Case, kernel_only: bool = False, whole_env: bool = False,
+                  dropped: tuple = ()) -> str:
     """The versions and options repro.py runs with: for PyTorch, the relevant lines of torch's
     collect_env (all of it with `whole_env`, as the pt2 template asks) and the CPU capability
     ATen dispatches to; the compile settings the script writes; the upstream tool's version; the
@@ -967,7 +1060,7 @@ def versions_text(record: Record, case: Case, kernel_only: bool = False, whole_e
              f"CPU capability: {torch.backends.cpu.get_cpu_capability()}"]
     route = record.route
     if route in COMPILE_ROUTES:
-        lines += [line.split("  #")[0] for line in compile_setup(record, case).splitlines()]
+        lines += [line.split("  #")[0] for line in compile_setup(record, case, dropped).splitlines()]
     if route == "triton":
         lines += [f"triton: {_dist_version('triton')}", "TRITON_INTERPRET=1"]
     if route in IMPORT_ONLY:

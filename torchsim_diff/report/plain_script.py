@@ -5,9 +5,12 @@
                  out exactly (-0.0, NaN, subnormals kept); a large one comes from a one-line
                  seeded generator where its values cannot matter (a compile error), else from
                  inputs.pt beside the script
-    the check    compiled against eager with torch.testing.assert_close, at a tolerance per
-                 output written as numbers with their reason; on a mismatch, the float64
-                 reference, eager and compiled values of the first differing elements
+    the check    compiled against eager with torch.testing.assert_close, at torch.testing's
+                 default tolerances where they show the bug, else at a tolerance per output
+                 written as numbers with their reason; the indices of argmax, argmin and
+                 argsort are compared by the values they pick (ties may go either way); on a
+                 mismatch, the float64 reference, eager and compiled values of the first
+                 differing elements
 
 No part of torchsim-diff is imported: a maintainer runs it with torch alone. Exit 1 while
 the bug reproduces, 0 once fixed, 2 where it cannot run.
@@ -34,25 +37,28 @@ DEFAULT_RTOL = {torch.float16: 1e-3, torch.bfloat16: 1.6e-2, torch.float32: 1.3e
 
 @dataclasses.dataclass(frozen=True)
 class Tolerance:
-    rtol: float
-    atol: float
+    rtol: float | None      # None: torch.testing's default for the dtype (and atol's too)
+    atol: float | None
     reason: str
 
     def literal(self) -> str:
-        return f"dict(rtol={self.rtol!r}, atol={self.atol!r})"
+        return "dict()" if self.rtol is None else f"dict(rtol={self.rtol!r}, atol={self.atol!r})"
 
 
 def checked(case: Case) -> list:
     """What the script compares, in order: each output, then each mutated input."""
-    return [f"output {i}" for i in range(len(case.outputs))] + \
-           [f"input {spec['name']}" for spec in case.inputs if spec.get("mutated")]
+    picks = picked_outputs(case)
+    return [f"output {i}" + (" (the values its indices pick)" if i in picks else "") for i in range(len(case.outputs))] \
+        + [f"input {spec['name']}" for spec in case.inputs if spec.get("mutated")]
 
 
-def tolerances(case: Case, program) -> list:
+def tolerances(case: Case, program, at_defaults: bool = False) -> list:
     """One Tolerance per compared tensor (see `checked`), from eager and float64 runs of
-    `program` on the case's inputs: integers exact; floats at torch.testing's rtol for the
-    dtype and an atol of twice eager's largest finite error against float64 (a correct
-    compiled result may err as much as eager does, on the other side)."""
+    `program` on the case's inputs: integers exact; the values indices pick at torch.testing's
+    defaults; floats at torch.testing's defaults with `at_defaults` (PyTorch asks fuzzer reports
+    to keep them), else at its rtol for the dtype and an atol of twice eager's largest finite
+    error against float64 (a correct compiled result may err as much as eager does, on the
+    other side), never below the dtype's smallest normal number."""
     eager_inputs = layout.materialize_all(case.to_dict())
     truth_inputs = layout.materialize_all(case.to_dict(), torch.float64)
     eager = list(program(*eager_inputs))
@@ -60,19 +66,66 @@ def tolerances(case: Case, program) -> list:
     mutated = [k for k, spec in enumerate(case.inputs) if spec.get("mutated")]
     eager += [eager_inputs[k] for k in mutated]
     truth += [truth_inputs[k] for k in mutated]
-    return [_tolerance(e, t) for e, t in zip(eager, truth)]
+    picks = picked_outputs(case)
+    return [Tolerance(None, None, "the values indices pick: torch.testing's defaults") if k in picks
+            else _tolerance(e, t, at_defaults) for k, (e, t) in enumerate(zip(eager, truth))]
 
 
-def _tolerance(eager: torch.Tensor, truth: torch.Tensor) -> Tolerance:
-    if not eager.dtype.is_floating_point:
-        return Tolerance(0, 0, f"{str(eager.dtype).split('.')[-1]}: exact")
-    rtol = DEFAULT_RTOL.get(eager.dtype, 1.3e-6)
+def _tolerance(eager: torch.Tensor, truth: torch.Tensor, at_defaults: bool) -> Tolerance:
     name = str(eager.dtype).split(".")[-1]
+    if not eager.dtype.is_floating_point:
+        return Tolerance(0, 0, f"{name}: exact")
+    if at_defaults:
+        return Tolerance(None, None, f"{name}: torch.testing's defaults")
+    rtol = DEFAULT_RTOL.get(eager.dtype, 1.3e-6)
     error = (eager.double() - truth.double()).abs()
     finite = error[torch.isfinite(error)]
-    atol = 2 * float(finite.max()) if finite.numel() else 0.0
+    atol = max(2 * float(finite.max()) if finite.numel() else 0.0, smallest_subnormal(eager.dtype))
     return Tolerance(rtol, _rounded_up(atol), f"{name}: torch.testing's rtol; atol twice eager's largest error "
-                                              "against float64")
+                                              "against float64, at least one subnormal step")
+
+
+def smallest_subnormal(dtype: torch.dtype) -> float:
+    """The dtype's smallest positive number: the step between subnormals."""
+    info = torch.finfo(dtype)
+    return info.tiny * info.eps
+
+
+# -- order and selection ops --------------------------------------------------------------
+# PyTorch asks fuzzer reports not to compare the indices max/min-like ops return: two equal (or
+# nearly equal) elements may be picked either way. The script compares what the indices pick.
+INDEX_OPS = ("argmax", "argmin", "argsort")
+
+
+def picked_outputs(case: Case) -> dict:
+    """{output position: the node} for the outputs an index op returns."""
+    producers = {n["id"]: n for n in case.nodes}
+    return {k: producers[ref] for k, ref in enumerate(case.outputs)
+            if ref in producers and producers[ref]["op"] in INDEX_OPS}
+
+
+def picker_source(case: Case, k: int, node: dict) -> str:
+    """`def picked_<k>(indices, <inputs>)`: the program up to `node` (an index op), then the
+    values of its operand that `indices` pick, shaped as `indices` (so that the check can
+    print the indices at the elements that differ)."""
+    from torchsim_diff.ops import get_op
+    params = ", ".join(["indices"] + [spec["name"] for spec in case.inputs])
+    lines = [f"def picked_{k}({params}):  # output {k}'s indices compared by the values they pick"]
+    for earlier in case.nodes[:case.nodes.index(node)]:
+        lines.append(f"    {earlier['id']} = {get_op(earlier['op']).emit(list(earlier['args']), earlier.get('attrs', {}))}")
+    source, attrs = node["args"][0], node.get("attrs", {})
+    if node["op"] != "argsort" and "dim" not in attrs:
+        picked = f"{source}.flatten()[indices]"
+    elif node["op"] == "argsort" or attrs.get("keepdim"):
+        picked = f"{source}.gather({attrs['dim']}, indices)"
+    else:
+        picked = f"{source}.gather({attrs['dim']}, indices.unsqueeze({attrs['dim']})).squeeze({attrs['dim']})"
+    return "\n".join(lines + [f"    return {picked}"]) + "\n"
+
+
+def pickers_source(case: Case) -> list:
+    """The picker of each output an index op returns (picker_source)."""
+    return [picker_source(case, k, node) for k, node in picked_outputs(case).items()]
 
 
 def _rounded_up(x: float) -> float:
@@ -198,7 +251,14 @@ def run_source(case: Case, kind: str | None, tols: list, compiler: str, device: 
     if mutated:
         lines.append(f"reference, eager, got = ([*o, *(x[k] for k in {mutated})] for o, x in "
                      "((reference, rx), (eager, ex), (got, gx)))  # and the inputs it writes")
-    lines += [f"for what, r, e, g, tol in zip({checked(case)!r}, reference, eager, got, TOLERANCES):",
+    picks = picked_outputs(case)
+    if picks:
+        lines += ["reference, eager, got = list(reference), list(eager), list(got)",
+                  f"indices = {{k: (eager[k], got[k]) for k in {list(picks)}}}  # eager's and compiled's"]
+    lines += [f"reference[{k}], eager[{k}], got[{k}] = (picked_{k}(o[{k}], *inputs(torch.float64)) "
+              "for o in (reference, eager, got))" for k in picks]
+    lines += [f"for {'k, ' if picks else ''}(what, r, e, g, tol) in "
+              f"{'enumerate(' if picks else ''}zip({checked(case)!r}, reference, eager, got, TOLERANCES){')' if picks else ''}:",
               "    try:",
               "        torch.testing.assert_close(g, e, **tol, equal_nan=True)",
               "    except AssertionError as exc:",
@@ -206,8 +266,11 @@ def run_source(case: Case, kind: str | None, tols: list, compiler: str, device: 
               "        if g.shape == e.shape:  # the first elements that differ",
               f"            at = tuple((~torch.isclose(g.double(), e.double(), **tol, equal_nan=True)).nonzero()[:{SHOWN}].T)",
               '            print(*(f"  {n:8} {x[at].tolist()}" for n, x in (("float64", r), ("eager", e), '
-              '("compiled", g))), sep="\\n")',
-              '        sys.exit(print("REPRODUCES") or 1)']
+              '("compiled", g))), sep="\\n")']
+    if picks:
+        lines += ["            if k in indices:",
+                  '                print(f"  indices: eager {indices[k][0][at].tolist()}, compiled {indices[k][1][at].tolist()}")']
+    lines += ['        sys.exit(print("REPRODUCES") or 1)']
     if kind == Kind.GUARD_VIOLATION.value:
         lines += GUARD_CHECK
     lines.append('print("FIXED: compiled agrees with eager")')

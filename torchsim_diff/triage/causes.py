@@ -4,7 +4,10 @@
                                         "status": "new" | "reported" | "fixed",
                                         "upstream": URL or "", "fixed_in": version or "",
                                         "summary": what is known of the defect, for maintainers,
-                                        "shown": the case its report shows (optional)}
+                                        "shown": the case its report shows (optional),
+                                        "search": the last upstream search (optional):
+                                          {"date": ..., "queries": [...], "nearest":
+                                           [{"url", "title", "state", "relation"}, ...]}}
     corpora/known/<cause>/<name>.json  its cases: known-bug entries (triage.corpus), one per
                                        route or op where the defect shows
 
@@ -38,6 +41,7 @@ class Cause:
     fixed_in: str = ""
     summary: str = ""
     shown: str = ""
+    search: "Search | None" = None
     entries: list = dataclasses.field(default_factory=list)
 
     @property
@@ -79,6 +83,7 @@ def read_cause(folder: str) -> Cause:
         if raw.get(key) is not None and not isinstance(raw[key], str):
             raise CorruptEntry(f"{path}: {key} must be text (a JSON string)")
     cause = Cause(folder, **{key: raw.get(key) or "" for key in FIELDS})
+    cause.search = read_search(raw.get("search"), path)
     cause.status = cause.status or "new"
     if not cause.title:
         raise CorruptEntry(f"{path}: a cause needs a title")
@@ -99,6 +104,41 @@ def read_cause(folder: str) -> Cause:
     if cause.shown and cause.shown not in {e.name for e in cause.entries}:
         raise CorruptEntry(f"{path}: shown={cause.shown!r} is none of its cases")
     return cause
+
+
+@dataclasses.dataclass(frozen=True)
+class Thread:
+    url: str
+    title: str
+    state: str
+    relation: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """The last search of the upstream trackers for a cause: when, with which queries, and
+    the nearest threads found (each with how it relates)."""
+    date: str
+    queries: tuple
+    nearest: tuple
+
+
+def read_search(raw, path: str) -> Search | None:
+    """A cause's `search` field as a Search; CorruptEntry naming what is wrong."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("date"), str) \
+            or not isinstance(raw.get("queries"), list) or not isinstance(raw.get("nearest"), list):
+        raise CorruptEntry(f"{path}: search is {{\"date\": text, \"queries\": [text], \"nearest\": [thread]}}")
+    if not all(isinstance(q, str) for q in raw["queries"]):
+        raise CorruptEntry(f"{path}: search.queries holds text only")
+    threads = []
+    for item in raw["nearest"]:
+        fields = {key: item.get(key) for key in ("url", "title", "state", "relation")} if isinstance(item, dict) else {}
+        if not fields or not all(isinstance(v, str) for v in fields.values()) or not fields["url"].startswith("https://"):
+            raise CorruptEntry(f"{path}: each of search.nearest has url (https://), title, state and relation as text")
+        threads.append(Thread(**fields))
+    return Search(raw["date"], tuple(raw["queries"]), tuple(threads))
 
 
 def read_causes(known: str) -> tuple:
@@ -137,4 +177,12 @@ def analysis(cause: Cause, shown) -> str:
     seen = [w for w in seen if w != where(shown)]
     if seen:
         parts.append("The same defect shows in: " + "; ".join(seen) + ".")
+    if cause.status == "new" and cause.search:
+        parts.append(searched(cause.search))
     return "\n\n".join(parts)
+
+
+def searched(search: Search) -> str:
+    """The paragraph a new cause's draft gives its duplicate search."""
+    nearest = "; ".join(f"{t.url} ({t.relation})" for t in search.nearest) or "none"
+    return f"Searched for an existing report on {search.date} ({len(search.queries)} queries); nearest: {nearest}."

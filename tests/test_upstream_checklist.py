@@ -1,0 +1,149 @@
+"""Reports in each upstream's own terms: the checklist a written bundle is held to (report.checklist),
+indices compared by the values they pick, drafts that fit the thread's state, quoted output
+summarised and free of this machine's paths, and a cause's record of its upstream search."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, make_case
+from torchsim_diff.report import bundles, checklist, quoted_output
+from torchsim_diff.results.record import Record
+from torchsim_diff.triage import causes as ledger
+from torchsim_diff.triage.corpus import CorruptEntry
+
+URL = "https://github.com/pytorch/pytorch/issues/1"
+
+
+def _argmax_case():
+    return make_case(nodes=[{"id": "v0", "op": "neg", "args": ["x0"], "attrs": {}},
+                            {"id": "v1", "op": "argmax", "args": ["v0"], "attrs": {"dim": 0, "keepdim": False}}],
+                     inputs=[("x0", [3], [1], 0, 3, {})], outputs=["v1"])
+
+
+def _record(case, **fields) -> Record:
+    base = dict(route="eager", kind="wrong_values", bucket="0123456789", op="argmax", message="output 0: differs",
+                case=case.to_dict(), artifacts=None)
+    return Record(**{**base, **fields})
+
+
+@pytest.fixture
+def bundle(tmp_path):
+    case = _argmax_case()
+    return bundles.write_bundle(_record(case), str(tmp_path / "b"))
+
+
+def _edit(bundle: str, name: str, change) -> None:
+    path = os.path.join(bundle, name)
+    text = open(path).read() if os.path.exists(path) else ""
+    open(path, "w").write(change(text))
+
+
+def test_a_written_bundle_meets_the_checklist(bundle):
+    assert checklist.problems(bundle) == []
+    script = open(os.path.join(bundle, "repro.py")).read()
+    assert "def picked_0(indices, x0)" in script and "atol=0.0" not in script and "atol=0)" not in script
+
+
+@pytest.mark.parametrize("name,change,problem", [
+    ("repro.py", lambda t: t.replace("def picked_0(", "def unused_0("), "compares the indices"),
+    ("repro.py", lambda t: t.replace("TOLERANCES = [dict()]  # the values", "TOLERANCES = [dict(rtol=0, atol=0)]"
+                                     "  # float32: the values"), "atol=0"),
+    ("triton_shims.py", lambda t: "pass\n" * 61, "61 lines"),
+    ("ISSUE.md", lambda t: t + f"\nTraceback: {os.path.join(REPO, 'torchsim_diff', 'cli.py')}\n", "path of this machine"),
+    ("repro.py", lambda t: t + "\nsaved = torch.load('inputs.pt')\n", "weights_only"),
+    ("ISSUE.md", lambda t: t.replace("template=bug-report.yml", "template=pt2-bug-report.yml"), "ablation"),
+    ("ISSUE.md", lambda t: t.split("\n", 1)[1], "names no template"),
+])
+def test_each_checklist_rule_can_fail(bundle, name, change, problem):
+    _edit(bundle, name, change)
+    found = checklist.problems(bundle)
+    assert len(found) == 1 and problem in found[0], found
+
+
+@pytest.mark.parametrize("picked,verdict", [(2, 0), (0, 1)])
+def test_an_index_is_compared_by_the_value_it_picks_so_a_tie_passes(bundle, picked, verdict):
+    """argmax(-x) over x = [3, 1, 1]: eager picks index 1 of -x = [-3, -1, -1]. A compiled
+    program that picks index 2 (an equal value) passes; one that picks index 0 reproduces."""
+    _edit(bundle, "repro.py", lambda t: t.replace(
+        "compiled = program", f"compiled = lambda x0: (torch.tensor({picked}),)"))
+    # inputs with a tie at the maximum: -x = [-3, -1, -1]
+    _edit(bundle, "repro.py", lambda t: _with_inputs(t, "[3., 1., 1.]"))
+    done = subprocess.run([sys.executable, "repro.py"], cwd=bundle, capture_output=True, text=True, timeout=120)
+    assert done.returncode == verdict, done.stdout + done.stderr
+    if verdict:
+        assert "indices: eager 1, compiled 0" in done.stdout, done.stdout
+
+
+def _with_inputs(script: str, literal: str) -> str:
+    start = script.index("x0 = torch.tensor(") + len("x0 = torch.tensor(")
+    return script[:start] + literal + script[script.index(", dtype=", start):]
+
+
+@pytest.mark.parametrize("status,mark", [("reported", "<!-- A comment for " + URL),
+                                         ("fixed", "<!-- Re-test of the fix of " + URL),
+                                         ("new", "<!-- File at https://")])
+def test_the_draft_fits_the_threads_state(tmp_path, status, mark):
+    case = _argmax_case()
+    written = bundles.write_bundle(_record(case, upstream=URL), str(tmp_path / "b"), status=status)
+    issue = open(os.path.join(written, "ISSUE.md")).read()
+    assert issue.startswith(mark)
+    assert ("### 🐛 Describe the bug" in issue) == (status == "new")      # a comment has no template sections
+    assert (f"Related: {URL}" in issue) == (status == "new")
+
+
+def test_long_output_is_summarised_with_its_most_repeated_line():
+    text = "start\n" + "failed to get softmax result\n" * 100_000 + "the end\n"
+    quoted = quoted_output.summarised(text)
+    lines = quoted.splitlines()
+    assert len(lines) == quoted_output.HEAD_LINES + 1 + quoted_output.TAIL_LINES
+    assert lines[0] == "start" and lines[-1] == "the end"
+    assert "lines left out; the most repeated (99962 times): failed to get softmax result" in quoted
+    assert quoted_output.summarised("a\nb\n") == "a\nb"
+
+
+def test_quoted_output_names_no_path_of_this_machine(tmp_path):
+    out = f"REPRODUCES\n  File \"{os.path.join(sys.prefix, 'lib', 'x.py')}\"\n{REPO}/torchsim_diff/cli.py\n"
+    quoted = quoted_output.quoted(1, "", out, str(tmp_path))     # no verdict on stdout: stderr is quoted
+    assert sys.prefix not in quoted and REPO not in quoted
+    assert "<python-env>" in quoted and "<torchsim-diff>/torchsim_diff/cli.py" in quoted and quoted.endswith("# 1")
+    assert "[stderr]" not in quoted_output.quoted(1, "REPRODUCES\n", "a warning\n")
+
+
+CAUSE = {"title": "t", "project": "pytorch", "status": "new", "summary": "What is known."}
+SEARCH = {"date": "2026-12-06", "queries": ["inductor argmax permuted"],
+          "nearest": [{"url": URL, "title": "argmax", "state": "open", "relation": "related: another op"}]}
+
+
+def _cause_folder(tmp_path, add_case, cause) -> str:
+    folder = tmp_path / "known" / "a-cause"
+    folder.mkdir(parents=True)
+    (folder / ledger.CAUSE_FILE).write_text(json.dumps(cause))
+    (folder / "on-inductor.json").write_text(json.dumps({
+        "route": "inductor", "kind": "wrong_values", "bucket": "0123456789",
+        "signature": "inductor|wrong_values|relu|output", "cause": "inductor|wrong_values|relu|strided",
+        "case": add_case.to_dict()}))
+    return str(folder)
+
+
+def test_a_new_causes_draft_says_how_upstream_was_searched(tmp_path, add_case):
+    cause = ledger.read_cause(_cause_folder(tmp_path, add_case, {**CAUSE, "search": SEARCH}))
+    assert cause.search.nearest[0].relation == "related: another op"
+    text = ledger.analysis(cause, cause.representative())
+    assert f"Searched for an existing report on 2026-12-06 (1 queries); nearest: {URL} (related: another op)." in text
+
+
+@pytest.mark.parametrize("search", [[], {"date": "x", "queries": "q", "nearest": []},
+                                    {**SEARCH, "nearest": [{"url": "file:///etc/passwd", "title": "", "state": "",
+                                                            "relation": ""}]}])
+def test_a_malformed_search_record_is_one_line(tmp_path, add_case, search):
+    with pytest.raises(CorruptEntry, match="search"):
+        ledger.read_cause(_cause_folder(tmp_path, add_case, {**CAUSE, "search": search}))
+
+
+def test_every_cause_in_the_ledger_records_its_upstream_search():
+    causes, problems = ledger.read_causes(os.path.join(REPO, "corpora", "known"))
+    assert problems == []
+    assert [c.name for c in causes if c.search is None] == []
