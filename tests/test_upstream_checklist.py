@@ -147,3 +147,28 @@ def test_every_cause_in_the_ledger_records_its_upstream_search():
     causes, problems = ledger.read_causes(os.path.join(REPO, "corpora", "known"))
     assert problems == []
     assert [c.name for c in causes if c.search is None] == []
+
+
+@pytest.mark.parametrize("name", ["togsim-vector-idle-not-accumulated", "togsim-vector-active-counts-finish-cycle"])
+def test_a_togsim_defect_exports_with_its_graph_config_and_a_literal_command(tmp_path, capsys, name):
+    from torchsim_diff.cli import main
+    from torchsim_diff.report import togsim_bundle
+    known = os.path.join(REPO, "corpora", "known")
+    assert main(["export", name, "--known-bugs", known, "--to", str(tmp_path / "b")]) == 0
+    assert sorted(os.listdir(tmp_path / "b")) == sorted(togsim_bundle.SHIPPED + ("ISSUE.md", bundles.MANIFEST))
+    assert main(["export", name, "--known-bugs", known, "--to", str(tmp_path / "b")]) == 0    # its own folder again
+    issue = (tmp_path / "b" / "ISSUE.md").read_text()
+    assert issue.startswith(f"<!-- File at {togsim_bundle.FILE_AT}") and togsim_bundle.COMMAND in issue
+    assert "$" not in togsim_bundle.COMMAND and "Core [0] : Total_cycles 68" in issue
+    assert not any(word in issue for word in ("torchsim", "triton-spike", "command.txt", "bucket")), issue
+
+
+def test_a_togsim_defect_missing_its_graph_is_one_line(tmp_path, capsys):
+    from torchsim_diff.cli import main
+    folder = tmp_path / "known" / "togsim-broken"
+    folder.mkdir(parents=True)
+    (folder / "defect.json").write_text(json.dumps({"title": "t", "project": "TOGSim", "status": "s", "upstream": "",
+                                                    "bucket": "k"}))
+    assert main(["export", str(folder), "--to", str(tmp_path / "b")]) != 0
+    err = capsys.readouterr().err
+    assert "a TOGSim defect needs tile_graph.onnx" in err and "Traceback" not in err

@@ -445,10 +445,13 @@ def _identity_of_reduced(case, args, out_dir: str, ledger) -> str:
 def cmd_export(args) -> int:
     """Write the reproducer bundle of one bucket (its smallest case), a known entry or a root
     cause to a folder."""
+    from torchsim_diff.timing.known_defects import is_defect_folder
     from torchsim_diff.triage.causes import is_cause_folder
     cause = args.bucket if os.path.isdir(args.bucket) else os.path.join(args.known_bugs, args.bucket)
     if is_cause_folder(cause):
         return _export_cause(cause, args)
+    if is_defect_folder(cause):
+        return _export_defect(cause, args)
     if args.bucket.endswith(".json"):
         return _export_entry(args)
     from torchsim_diff.report.bundles import BundleError, write_bundle
@@ -562,6 +565,21 @@ def _export_cause(folder: str, args) -> int:
     except (CorruptEntry, BundleError) as exc:
         raise UsageError(str(exc)) from None
     print(f"bundle for cause {cause.name} ({cause.project}, {cause.status}; case {shown.name}) written to {written}")
+    return EXIT_CLEAN
+
+
+def _export_defect(folder: str, args) -> int:
+    """The bundle of a known TOGSim defect: its tile graph, config, the literal command and
+    ISSUE.md in PyTorchSim's terms (report.togsim_bundle)."""
+    from torchsim_diff.report.bundles import BundleError, claim_folder, write_manifest
+    from torchsim_diff.report.togsim_bundle import NotADefect, write_defect_bundle
+    from torchsim_diff.timing.known_defects import BadDefect
+    try:
+        written = write_defect_bundle(folder, args.to, claim_folder)
+        write_manifest(written)
+    except (BadDefect, NotADefect, BundleError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    print(f"bundle for TOGSim defect {os.path.basename(os.path.normpath(folder))} written to {written}")
     return EXIT_CLEAN
 
 

@@ -638,8 +638,7 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
                              analysis=analysis, heading=heading, bisection=bisection, tolerance=tolerance,
                              options=options, status=status))
-    _write_text(os.path.join(to_dir, MANIFEST), "".join(f"{name}\n" for name in sorted(os.listdir(to_dir))
-                                                        if name != MANIFEST))
+    write_manifest(to_dir)
     return to_dir
 
 
@@ -685,6 +684,12 @@ def _tolerance_note(options: ScriptOptions) -> str:
 # A bundle folder is ours alone: export writes into a new or empty folder, or one an earlier
 # export wrote (its manifest names every top-level entry), and never through a symbolic link.
 MANIFEST = ".bundle-manifest"
+
+
+def write_manifest(to_dir: str) -> None:
+    """Name every top-level entry of the bundle just written, so that a later export may replace them."""
+    _write_text(os.path.join(to_dir, MANIFEST), "".join(f"{name}\n" for name in sorted(os.listdir(to_dir))
+                                                        if name != MANIFEST))
 
 
 def claim_folder(to_dir: str) -> None:
