@@ -172,3 +172,24 @@ def test_a_togsim_defect_missing_its_graph_is_one_line(tmp_path, capsys):
     assert main(["export", str(folder), "--to", str(tmp_path / "b")]) != 0
     err = capsys.readouterr().err
     assert "a TOGSim defect needs tile_graph.onnx" in err and "Traceback" not in err
+
+
+def test_a_bug_of_eager_itself_is_shown_eager_against_eager(tmp_path, capsys):
+    """conv2d's channels-last weight path skips padded taps: eager against eager on the weight in
+    channels-last format shows it, with no compiler, in PyTorch's general template."""
+    from torchsim_diff.cli import main
+    name = "aten-conv-channels-last-weight-skips-padding-taps"
+    assert main(["export", name, "--known-bugs", os.path.join(REPO, "corpora", "known"), "--to", str(tmp_path / "b"),
+                 "--no-bisect"]) == 0
+    script = (tmp_path / "b" / "repro.py").read_text()
+    issue = (tmp_path / "b" / "ISSUE.md").read_text()
+    assert "torch.compile" not in script and "memory_format=torch.channels_last" in script
+    assert issue.startswith("<!-- File at https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml")
+    assert "with no compiler involved" in issue and "$ echo $?  # 1" in issue
+    assert checklist.problems(str(tmp_path / "b")) == []
+
+
+def test_a_cause_names_its_wrong_side_as_eager_or_compiled(tmp_path, add_case):
+    assert ledger.read_cause(_cause_folder(tmp_path, add_case, {**CAUSE, "wrong_side": "eager"})).eager_bug
+    with pytest.raises(CorruptEntry, match="wrong_side='both' is not one of compiled, eager"):
+        ledger.read_cause(_cause_folder(tmp_path / "2", add_case, {**CAUSE, "wrong_side": "both"}))

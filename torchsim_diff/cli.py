@@ -561,7 +561,7 @@ def _export_cause(folder: str, args) -> int:
         record = entry_record(shown).with_fields(project=cause.project, upstream=cause.upstream)
         written = write_bundle(record, args.to, minimise=not args.all_shims, run=True,
                                analysis=analysis(cause, shown), heading=cause.title, bisect=not args.no_bisect,
-                               status=cause.status)
+                               status=cause.status, eager_bug=cause.eager_bug)
     except (CorruptEntry, BundleError) as exc:
         raise UsageError(str(exc)) from None
     print(f"bundle for cause {cause.name} ({cause.project}, {cause.status}; case {shown.name}) written to {written}")

@@ -30,7 +30,7 @@ import sys
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.program_check import load_program
-from torchsim_diff.report import adapter_bundle, kernel_bundle, plain_script, quoted_output
+from torchsim_diff.report import adapter_bundle, eager_script, kernel_bundle, plain_script, quoted_output
 from torchsim_diff.report.script_text import check_script, docstring
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import Record
@@ -311,6 +311,8 @@ class ScriptOptions:
     or at eager's own error, and the OPTIONAL_SETTINGS it leaves out."""
     at_defaults: bool = False
     dropped: tuple = ()
+    eager_form: str = ""      # a bug of eager itself, shown eager against eager (report.eager_script.FORMS)
+    eager_bug: bool = False   # eager is the side that is wrong, whatever the script compares
 
 
 def render_script(record: Record, case: Case, heading: str = "", options: ScriptOptions = ScriptOptions()) -> str:
@@ -324,7 +326,9 @@ def render_script(record: Record, case: Case, heading: str = "", options: Script
         script = _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S, run_dir=HARNESS_RUN_DIR)
         return check_script(docstring(doc) + "\n" + script, doc)
     env, compiler = ROUTE_SETUP[route]
-    if host:
+    if options.eager_form:
+        setup = ""
+    elif host:
         env, setup = HOST_SETUP
     elif route in IMPORT_ONLY:
         setup = _MLIR_IMPORT
@@ -342,13 +346,14 @@ def render_script(record: Record, case: Case, heading: str = "", options: Script
     kind = record.kind if not (route in IMPORT_ONLY and not host) else Kind.COMPILE_ERROR.value
     # tolerances come from eager and float64 runs: only a value failure has values to hold to them
     # (eager may reject the program of an invalid_case)
-    values = kind in Kind.values_where("value_failure")
+    values = kind in Kind.values_where("value_failure") and not options.eager_form
     tols = plain_script.tolerances(case, load_program(case.program_source()), options.at_defaults) if values else []
     body = [_program_source(case)] + (plain_script.pickers_source(case) if values else []) + [inputs]
     guard = {Kind.TIMEOUT.value: _WATCHDOG, Kind.CRASH.value: _CRASH_GUARD}.get(record.kind)
     if guard:   # the process that shows the bug may not come back to say so
         body.insert(0, guard)
-    body.append(setup + "\n" + plain_script.run_source(case, kind, tols, compiler, device))
+    body.append(eager_script.run_source(case, options.eager_form) if options.eager_form else
+                setup + "\n" + plain_script.run_source(case, kind, tols, compiler, device))
     text = docstring(doc) + "\n" + "\n".join(imports) + "\n\n\n" + "\n\n".join(body)
     return check_script(text.rstrip("\n") + "\n", doc)
 
@@ -579,7 +584,7 @@ def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300,
 # -- the bundle ----------------------------------------------------------------------------
 def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = None, minimise: bool = False,
                  run: bool = False, analysis: str = "", heading: str = "", bisect: bool = False,
-                 status: str = "new") -> str:
+                 status: str = "new", eager_bug: bool = False) -> str:
     """Write the bundle of a results.jsonl or known-entry `record` (results.record.Record) into
     `to_dir`; returns it.
 
@@ -589,7 +594,8 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     what is known of the cause, for ISSUE.md; heading: the title (default: `title`). bisect:
     a torch.compile bug's ISSUE.md gets CompilerBisector's result (report.bisection: tens of
     compiles, about half a minute for a one-op case). status: the cause's upstream status, which
-    decides the draft (THREAD_DRAFTS)."""
+    decides the draft (THREAD_DRAFTS). eager_bug: the bug is eager's own (an ATen kernel's):
+    repro.py shows it eager against eager where it can (report.eager_script)."""
     case = _case_of(record)
     if not record.route:
         raise BundleError("record has no 'route'; pass a results.jsonl record (Verdict.record())")
@@ -614,8 +620,15 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     if route in IMPORT_ONLY:
         from torchsim_diff.report import mlir_host
         mlir_host.write_ir(case, to_dir, lower=record.kind != Kind.TIMEOUT.value)
-    if run or minimise:
+    if eager_bug and (run or minimise) and uses_tolerances(record, case):
+        record, options, first_run = _eager_script(record, case, to_dir, heading)
+    else:
+        options, first_run = ScriptOptions(), None
+    if first_run is not None:
+        pass
+    elif run or minimise:
         options, first_run = _plainest_script(record, case, to_dir, heading)
+        options = dataclasses.replace(options, eager_bug=eager_bug)
     else:
         options, first_run = ScriptOptions(), None
         _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
@@ -632,7 +645,8 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
                                  os.path.join(to_dir, "artifacts"))
         _keep_shipped(os.path.join(to_dir, HARNESS_RUN_DIR))
         copied += _files_under(os.path.join(to_dir, HARNESS_RUN_DIR, "artifacts"), to_dir)
-    bisection = _bisection(record, case, to_dir, options.dropped) if bisect and is_torch_compile_bug(record) else ""
+    bisection = _bisection(record, case, to_dir, options.dropped) \
+        if bisect and is_torch_compile_bug(record) and not eager_bug else ""
     tolerance = _tolerance_note(options) if uses_tolerances(record, case) and first_run else ""
     _write_text(os.path.join(to_dir, "ISSUE.md"),
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
@@ -671,6 +685,19 @@ def _plainest_script(record: Record, case: Case, to_dir: str, heading: str) -> t
             options, outcome = fewer, tried
     write(options)
     return options, outcome
+
+
+def _eager_script(record: Record, case: Case, to_dir: str, heading: str) -> tuple:
+    """(record, ScriptOptions, the run) of the first eager_script form under which eager
+    disagrees with itself, its repro.py written; (record, ScriptOptions(), None) where none does."""
+    eager = record.with_fields(route="eager", found_on=record.route)
+    for form in eager_script.FORMS:
+        options = ScriptOptions(at_defaults=True, eager_form=form, eager_bug=True)
+        _write_text(os.path.join(to_dir, "repro.py"), render_script(eager, case, heading, options))
+        outcome = run_repro(to_dir)
+        if outcome[0] == 1:
+            return eager, options, outcome
+    return record, ScriptOptions(), None
 
 
 def _tolerance_note(options: ScriptOptions) -> str:
@@ -885,11 +912,6 @@ def is_torch_compile_bug(record: Record) -> bool:
     return project_of(record).name == "pytorch" and record.route in COMPILE_ROUTES
 
 
-def filing_url(record: Record) -> str:
-    """Where the issue is filed: the upstream's template for this kind of bug."""
-    return PT2_TEMPLATE if is_torch_compile_bug(record) else project_of(record).file_at
-
-
 # The draft for a cause upstream already has: a comment for its thread (what this case adds),
 # or the re-test of its fix; a new cause gets an issue in the project's template.
 THREAD_DRAFTS = {
@@ -913,7 +935,7 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     cause upstream has ("reported", "fixed") gets the draft of a comment for its thread instead
     (THREAD_DRAFTS), without the template's sections."""
     project = project_of(record)
-    pt2 = is_torch_compile_bug(record)
+    pt2 = is_torch_compile_bug(record) and not options.eager_bug
     bug, versions = project.sections
     with open(os.path.join(bundle, "repro.py"), encoding="utf-8") as handle:
         script = handle.read()
@@ -921,9 +943,9 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     launch = _kernel_launch(bundle)
     upstream = record.upstream if record.upstream and record.upstream.startswith("https://") else ""
     thread = status if upstream and status in THREAD_DRAFTS else "new"
-    described = _launch_description(record, case) if launch else _description(record, case, kernel_only)
+    described = _launch_description(record, case) if launch else _description(record, case, kernel_only, options)
     if thread == "new":
-        parts = [f"<!-- File at {filing_url(record)} -->", f"# {heading or title(record, case)}", "", bug, "",
+        parts = [f"<!-- File at {PT2_TEMPLATE if pt2 else project.file_at} -->", f"# {heading or title(record, case)}", "", bug, "",
                  described]
     else:
         parts = [THREAD_DRAFTS[thread].format(url=upstream), f"# {heading or title(record, case)}", "",
@@ -1005,7 +1027,7 @@ def _inline_ir(bundle: str, name: str) -> list:
     return [f"`{name}`:", "", "```mlir", text, "```", ""] if len(text.splitlines()) <= INLINE_IR_LINES else []
 
 
-def _description(record: Record, case: Case, kernel_only: bool = False) -> str:
+def _description(record: Record, case: Case, kernel_only: bool = False, options: ScriptOptions = ScriptOptions()) -> str:
     if kernel_only:
         return (f"triton-adapter-opt, run with triton-ascend's ttir_to_linalg pass list (its CPU path), fails on "
                 f"`{adapter_bundle.KERNEL_FILE}`: the Triton kernel Inductor generates for "
@@ -1014,10 +1036,17 @@ def _description(record: Record, case: Case, kernel_only: bool = False) -> str:
                         + (f", storage offset {s['layout']['offset']}" if s["layout"]["offset"] else "")
                         + (", written in place" if s.get("mutated") else "")
                         for s, name in zip(case.inputs, _input_letters(len(case.inputs))))
+    shown = expression(case, failing_outputs(record, case))
+    if options.eager_form:
+        return f"{eager_script.description(shown, options.eager_form)} Inputs: {layouts or 'none'}."
+    if options.eager_bug:       # the script could only show it against a compiler
+        return (f"`{shown}` gives different values in eager PyTorch and when compiled with {_compiler_name(record)}, "
+                f"and eager is the side that is wrong: the defect is in its own kernel (below). Inputs: "
+                f"{layouts or 'none'}.")
     what = "fails" if record.kind in Kind.values_where("no_values") else "disagrees with eager PyTorch"
     truth = "" if record.kind in Kind.values_where("no_values") else \
         " Eager agrees with the same program run in float64."
-    return (f"`{expression(case, failing_outputs(record, case))}` {what} when compiled with "
+    return (f"`{shown}` {what} when compiled with "
             f"{_compiler_name(record)}{_found_on(record)}. Inputs: {layouts or 'none'}.{truth} "
             f"{_divergence(record, case)}").rstrip()
 

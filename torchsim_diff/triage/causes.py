@@ -5,6 +5,8 @@
                                         "upstream": URL or "", "fixed_in": version or "",
                                         "summary": what is known of the defect, for maintainers,
                                         "shown": the case its report shows (optional),
+                                        "wrong_side": "eager" for a defect of eager PyTorch
+                                          that a compiler gets right (optional),
                                         "search": the last upstream search (optional):
                                           {"date": ..., "queries": [...], "nearest":
                                            [{"url", "title", "state", "relation"}, ...]}}
@@ -25,7 +27,8 @@ from torchsim_diff.timing.known_defects import is_defect_folder
 from torchsim_diff.triage.corpus import CAUSE_FILE, KNOWN, CorruptEntry, iter_entries
 
 STATUSES = ("new", "reported", "fixed")
-FIELDS = ("title", "project", "component", "status", "upstream", "fixed_in", "summary", "shown")
+FIELDS = ("title", "project", "component", "status", "upstream", "fixed_in", "summary", "shown", "wrong_side")
+WRONG_SIDES = ("compiled", "eager")
 # The route whose repro.py is plainest first: torch alone, then torch-mlir, then the adapter.
 PLAINEST = ("inductor", "triton", "triton-cuda", "mlir", "spike", "triton-spike")
 
@@ -41,12 +44,18 @@ class Cause:
     fixed_in: str = ""
     summary: str = ""
     shown: str = ""
+    wrong_side: str = "compiled"
     search: "Search | None" = None
     entries: list = dataclasses.field(default_factory=list)
 
     @property
     def name(self) -> str:
         return os.path.basename(os.path.normpath(self.folder))
+
+    @property
+    def eager_bug(self) -> bool:
+        """A defect of eager PyTorch itself, met where a compiler was right."""
+        return self.wrong_side == "eager"
 
     @property
     def routes(self) -> list:
@@ -85,6 +94,9 @@ def read_cause(folder: str) -> Cause:
     cause = Cause(folder, **{key: raw.get(key) or "" for key in FIELDS})
     cause.search = read_search(raw.get("search"), path)
     cause.status = cause.status or "new"
+    cause.wrong_side = cause.wrong_side or "compiled"
+    if cause.wrong_side not in WRONG_SIDES:
+        raise CorruptEntry(f"{path}: wrong_side={cause.wrong_side!r} is not one of {', '.join(WRONG_SIDES)}")
     if not cause.title:
         raise CorruptEntry(f"{path}: a cause needs a title")
     if cause.project not in PROJECTS:
