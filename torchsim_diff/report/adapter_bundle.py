@@ -54,6 +54,27 @@ def write_kernel(source_ttir: str, bundle: str) -> None:
         handle.write(without_folders(text))
 
 
+ORIGINAL_FILE = "kernel.original.ttir"
+
+
+def reduce_kernel(bundle: str) -> tuple:
+    """Reduce the bundle's kernel.ttir at IR level (report.ttir_reduce) where the adapter is at
+    hand, keeping the kernel as it was beside it; (lines before, lines after), equal when
+    nothing was removed or no adapter runs here."""
+    from torchsim_diff.report.ttir_reduce import reduce_ttir
+    from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_PASSES, adapter_path
+    path = os.path.join(bundle, KERNEL_FILE)
+    with open(path, encoding="utf-8") as handle:
+        original = handle.read()
+    tool = adapter_path()
+    reduced = reduce_ttir(original, tool, ADAPTER_PASSES) if tool else original
+    if reduced != original:
+        os.replace(path, os.path.join(bundle, ORIGINAL_FILE))
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(reduced)
+    return len(original.splitlines()), len(reduced.splitlines())
+
+
 def without_folders(ttir: str) -> str:
     """`loc("/tmp/x/k.py":3:1)` -> `loc("k.py":3:1)`: locations name the file, not where it was."""
     return _LOCATION_PATH.sub(r'loc("\1":', ttir)

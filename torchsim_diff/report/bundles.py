@@ -763,6 +763,7 @@ def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str 
     if adapter_path():       # the quoted run finds the adapter where the route does
         os.environ.setdefault(ADAPTER_ENV, adapter_path())
     adapter_bundle.write_kernel(ttir, to_dir)
+    adapter_bundle.reduce_kernel(to_dir)
     head = [heading or title(record, case)]
     head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_bundle.KERNEL_FILE}).")
     _write_text(os.path.join(to_dir, "repro.py"), adapter_bundle.render_script("\n".join(head)))
@@ -990,9 +991,14 @@ def _beside_the_script(record: Record, case: Case, bundle: str, shims) -> list:
         for name in (mlir_host.TORCH_IR, mlir_host.LINALG_IR):
             parts += _inline_ir(bundle, name)
     if _kernel_only(record, bundle):
-        parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter: Inductor's Triton "
-                  "kernel lowered to TTIR by Triton (CPU target), with its ops rewritten for the adapter's "
-                  "older Triton dialect.", ""]
+        original = os.path.join(bundle, adapter_bundle.ORIGINAL_FILE)
+        reduced = (f" reduced from its {_line_count(original)} lines: source locations dropped, and every op "
+                   "without which the adapter still fails the same way removed (the whole kernel is "
+                   f"`{adapter_bundle.ORIGINAL_FILE}`)") if os.path.exists(original) else ""
+        parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter{reduced}. Its provenance: "
+                  "Inductor's Triton kernel for the program, lowered to TTIR by Triton (CPU target), with its ops "
+                  "rewritten for the adapter's older Triton dialect.", ""]
+        parts += _inline_ir(bundle, adapter_bundle.KERNEL_FILE)
     if _kernel_launch(bundle):
         parts += [f"`{kernel_bundle.LAUNCH_FILE}` holds every buffer of the launch before it runs and as "
                   f"Triton's interpreter leaves it (`{kernel_bundle.SOURCE_FILE}` under `TRITON_INTERPRET=1`, "
@@ -1012,6 +1018,11 @@ def _kernel_only(record: Record, bundle: str) -> bool:
 def _kernel_launch(bundle: str) -> bool:
     """Whether the bundle runs one launch of its kernel on the host (report.kernel_bundle)."""
     return os.path.exists(os.path.join(bundle, kernel_bundle.LAUNCH_FILE))
+
+
+def _line_count(path: str) -> int:
+    with open(path, encoding="utf-8") as handle:
+        return len(handle.read().splitlines())
 
 
 INLINE_IR_LINES = 40        # IR files up to this long are shown in ISSUE.md too
