@@ -3,6 +3,7 @@ indices compared by the values they pick, drafts that fit the thread's state, qu
 summarised and free of this machine's paths, and a cause's record of its upstream search."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -262,3 +263,25 @@ def test_every_cause_with_a_plain_script_meets_its_upstreams_checklist(tmp_path)
         assert found == [], (cause.name, found)
         checked += 1
     assert checked >= 40
+
+
+@pytest.mark.parametrize("name", ["mlir-math-atan2-fold-zero-zero", "mlir-0d-sum-fused-into-consumer-accumulates"])
+def test_an_mlir_bug_ships_its_mlir_file_and_the_mlir_opt_command(tmp_path, capsys, name):
+    from torchsim_diff.cli import main
+    if shutil.which("mlir-opt-19") is None:
+        pytest.skip("mlir-opt-19 is not installed here (scripts/setup.sh installs it)")
+    assert main(["export", name, "--known-bugs", os.path.join(REPO, "corpora", "known"), "--to", str(tmp_path / "b")]) == 0
+    assert sorted(os.listdir(tmp_path / "b")) == [bundles.MANIFEST, "ISSUE.md", "repro.mlir", "repro.py"]
+    issue = (tmp_path / "b" / "ISSUE.md").read_text()
+    assert issue.startswith("<!-- File at https://github.com/llvm/llvm-project/issues/new")
+    assert "mlir-opt-19 --pass-pipeline=" in issue and "```mlir" in issue and "$ echo $?  # 1" in issue
+    assert "import torch" not in (tmp_path / "b" / "repro.py").read_text()
+    assert checklist.problems(str(tmp_path / "b")) == []
+
+
+@pytest.mark.parametrize("field", [{"file": "../../etc/passwd", "pipeline": "builtin.module(canonicalize)", "shows": "x"},
+                                   {"file": "repro.mlir", "pipeline": "x; rm -rf /", "shows": "x"},
+                                   {"file": "repro.mlir", "pipeline": "canonicalize", "shows": "x", "run": "yes"}])
+def test_a_malformed_mlir_reproducer_field_is_one_line(tmp_path, add_case, field):
+    with pytest.raises(CorruptEntry, match="mlir_opt"):
+        ledger.read_cause(_cause_folder(tmp_path, add_case, {**CAUSE, "mlir_opt": field}))

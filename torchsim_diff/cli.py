@@ -557,6 +557,8 @@ def _export_cause(folder: str, args) -> int:
     from torchsim_diff.triage.corpus import CorruptEntry
     try:
         cause = read_cause(folder)
+        if cause.mlir_opt is not None:
+            return _export_mlir_cause(cause, args)
         shown = cause.representative()
         record = entry_record(shown).with_fields(project=cause.project, upstream=cause.upstream)
         written = write_bundle(record, args.to, minimise=not args.all_shims, run=True,
@@ -565,6 +567,28 @@ def _export_cause(folder: str, args) -> int:
     except (CorruptEntry, BundleError) as exc:
         raise UsageError(str(exc)) from None
     print(f"bundle for cause {cause.name} ({cause.project}, {cause.status}; case {shown.name}) written to {written}")
+    return EXIT_CLEAN
+
+
+def _export_mlir_cause(cause, args) -> int:
+    """The bundle of an MLIR bug with its own .mlir reproducer: the file, the mlir-opt command and
+    a repro.py that runs it; ISSUE.md in LLVM's terms (report.mlir_opt_bundle)."""
+    from torchsim_diff.report import bundles, mlir_opt_bundle
+    from torchsim_diff.triage.causes import analysis
+    try:
+        bundles.claim_folder(args.to)
+        mlir_opt_bundle.write_mlir_bundle(cause.folder, cause.mlir_opt, args.to, cause.title)
+    except (bundles.BundleError, mlir_opt_bundle.BadMlirRepro, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    status, out, err = bundles.run_repro(args.to)
+    quoted = bundles.quoted_run(args.to, status, out, 300, err)
+    upstream = cause.upstream if cause.status in bundles.THREAD_DRAFTS else ""
+    head = bundles.THREAD_DRAFTS[cause.status].format(url=upstream) if upstream else \
+        f"<!-- File at {bundles.PROJECTS[cause.project].file_at} -->"
+    text = mlir_opt_bundle.render_issue(cause.title, head, analysis(cause, None), cause.mlir_opt, args.to, quoted)
+    bundles.write_text(os.path.join(args.to, "ISSUE.md"), text)
+    bundles.write_manifest(args.to)
+    print(f"bundle for cause {cause.name} ({cause.project}, {cause.status}; {cause.mlir_opt.file}) written to {args.to}")
     return EXIT_CLEAN
 
 

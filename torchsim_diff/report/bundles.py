@@ -510,12 +510,12 @@ def minimise_shims(bundle: str, python: str = sys.executable, timeout_s: float =
         trial = [c for c in calls if c != call]
         if call not in REQUIRED_SHIMS and _keeps(bundle, trial, baseline, python, timeout_s):
             calls = trial
-    _write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
+    write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
     return calls
 
 
 def _keeps(bundle: str, calls: list, baseline: tuple, python: str, timeout_s: float) -> bool:
-    _write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
+    write_text(os.path.join(bundle, SHIMS_FILE), shims_source(calls))
     return _outcome(bundle, python, timeout_s) == baseline
 
 
@@ -557,7 +557,7 @@ def requote_run(bundle: str, quoted: str) -> None:
     start = text.find(opening)
     end = text.find("\n```\n", start + len(opening)) if start >= 0 else -1
     if end >= 0:
-        _write_text(path, text[:start + len(opening)] + quoted.strip() + text[end:])
+        write_text(path, text[:start + len(opening)] + quoted.strip() + text[end:])
 
 
 TIMED_OUT = "timeout"
@@ -606,17 +606,17 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     record = script_record(record)
     route = record.route
     claim_folder(to_dir)
-    _write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
+    write_text(os.path.join(to_dir, "case.json"), case.to_json() + "\n")
     if not harness_only(route):
         stored = plain_script.stored_inputs(case, record.kind)
         if any(s is not None for s in stored):
             import torch
             torch.save(stored, os.path.join(to_dir, plain_script.INPUTS_FILE))
     if route == "triton":
-        _write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
+        write_text(os.path.join(to_dir, SHIMS_FILE), shims_source(SHIM_CALLS))
     if runs_on_host(record, case):
         from torchsim_diff.report import mlir_host
-        _write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
+        write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
     if route in IMPORT_ONLY:
         from torchsim_diff.report import mlir_host
         mlir_host.write_ir(case, to_dir, lower=record.kind != Kind.TIMEOUT.value)
@@ -631,7 +631,7 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
         options = dataclasses.replace(options, eager_bug=eager_bug)
     else:
         options, first_run = ScriptOptions(), None
-        _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
+        write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
     kernel_only = ((adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading))
                    or (kernel_bundle.is_kernel_value_bug(record)
                        and _kernel_value_bundle(record, case, to_dir, artifacts_dir, heading)))
@@ -648,7 +648,7 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     bisection = _bisection(record, case, to_dir, options.dropped) \
         if bisect and is_torch_compile_bug(record) and not eager_bug else ""
     tolerance = _tolerance_note(options) if uses_tolerances(record, case) and first_run else ""
-    _write_text(os.path.join(to_dir, "ISSUE.md"),
+    write_text(os.path.join(to_dir, "ISSUE.md"),
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
                              analysis=analysis, heading=heading, bisection=bisection, tolerance=tolerance,
                              options=options, status=status))
@@ -662,7 +662,7 @@ def _plainest_script(record: Record, case: Case, to_dir: str, heading: str) -> t
     then without each optional compile setting it shows without. (ScriptOptions, the last run
     that reproduced: (status, stdout, stderr), or None where nothing was run)."""
     def write(options: ScriptOptions) -> None:
-        _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading, options))
+        write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading, options))
     if harness_only(record.route) or record.route in IMPORT_ONLY and not runs_on_host(record, case):
         write(ScriptOptions())
         return ScriptOptions(), None
@@ -693,7 +693,7 @@ def _eager_script(record: Record, case: Case, to_dir: str, heading: str) -> tupl
     eager = record.with_fields(route="eager", found_on=record.route)
     for form in eager_script.FORMS:
         options = ScriptOptions(at_defaults=True, eager_form=form, eager_bug=True)
-        _write_text(os.path.join(to_dir, "repro.py"), render_script(eager, case, heading, options))
+        write_text(os.path.join(to_dir, "repro.py"), render_script(eager, case, heading, options))
         outcome = run_repro(to_dir)
         if outcome[0] == 1:
             return eager, options, outcome
@@ -715,7 +715,7 @@ MANIFEST = ".bundle-manifest"
 
 def write_manifest(to_dir: str) -> None:
     """Name every top-level entry of the bundle just written, so that a later export may replace them."""
-    _write_text(os.path.join(to_dir, MANIFEST), "".join(f"{name}\n" for name in sorted(os.listdir(to_dir))
+    write_text(os.path.join(to_dir, MANIFEST), "".join(f"{name}\n" for name in sorted(os.listdir(to_dir))
                                                         if name != MANIFEST))
 
 
@@ -766,7 +766,7 @@ def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str 
     adapter_bundle.reduce_kernel(to_dir)
     head = [heading or title(record, case)]
     head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_bundle.KERNEL_FILE}).")
-    _write_text(os.path.join(to_dir, "repro.py"), adapter_bundle.render_script("\n".join(head)))
+    write_text(os.path.join(to_dir, "repro.py"), adapter_bundle.render_script("\n".join(head)))
     return source
 
 
@@ -799,7 +799,7 @@ def _kernel_value_bundle(record: Record, case: Case, to_dir: str, artifacts_dir:
     for name in kernel_bundle.SHIPPED:           # the launch alone does not show it: the harness does
         if os.path.exists(os.path.join(to_dir, name)):
             os.unlink(os.path.join(to_dir, name))
-    _write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
+    write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
     return None
 
 
@@ -845,7 +845,7 @@ def without_unused_inputs(case: Case) -> Case:
     return Case.from_dict(data)
 
 
-def _write_text(path: str, text: str) -> None:
+def write_text(path: str, text: str) -> None:
     """Write `path` whole through a temporary file and a rename: a symbolic link at `path` is
     replaced, never followed."""
     tmp = f"{path}.tmp-{os.getpid()}"

@@ -7,6 +7,9 @@
                                         "shown": the case its report shows (optional),
                                         "wrong_side": "eager" for a defect of eager PyTorch
                                           that a compiler gets right (optional),
+                                        "mlir_opt": a .mlir beside it and the mlir-opt
+                                          pipeline that shows the bug (optional;
+                                          report.mlir_opt_bundle),
                                         "search": the last upstream search (optional):
                                           {"date": ..., "queries": [...], "nearest":
                                            [{"url", "title", "state", "relation"}, ...]}}
@@ -46,6 +49,7 @@ class Cause:
     shown: str = ""
     wrong_side: str = "compiled"
     search: "Search | None" = None
+    mlir_opt: object = None         # report.mlir_opt_bundle.MlirRepro: the bug in MLIR's own terms
     entries: list = dataclasses.field(default_factory=list)
 
     @property
@@ -93,6 +97,11 @@ def read_cause(folder: str) -> Cause:
             raise CorruptEntry(f"{path}: {key} must be text (a JSON string)")
     cause = Cause(folder, **{key: raw.get(key) or "" for key in FIELDS})
     cause.search = read_search(raw.get("search"), path)
+    from torchsim_diff.report.mlir_opt_bundle import BadMlirRepro, read_mlir_repro
+    try:
+        cause.mlir_opt = read_mlir_repro(raw.get("mlir_opt"), path)
+    except BadMlirRepro as exc:
+        raise CorruptEntry(str(exc)) from None
     cause.status = cause.status or "new"
     cause.wrong_side = cause.wrong_side or "compiled"
     if cause.wrong_side not in WRONG_SIDES:
@@ -176,7 +185,8 @@ def read_causes(known: str) -> tuple:
 
 def analysis(cause: Cause, shown) -> str:
     """The paragraph ISSUE.md gives a cause: its summary, where it was already reported or
-    fixed, and the other cases where it shows."""
+    fixed, and the other cases where it shows (every one, where `shown` is None: the report
+    shows a reproducer of its own)."""
     from torchsim_diff.report.bundles import COMPILER_NAMES, expression
     parts = [cause.summary.strip()] if cause.summary.strip() else []
     if cause.status == "fixed":
@@ -186,7 +196,7 @@ def analysis(cause: Cause, shown) -> str:
         compiler = COMPILER_NAMES.get((cause.project, entry.route), entry.route)
         return f"`{expression(entry.case, entry.case.outputs)}` ({compiler})"
     seen = list(dict.fromkeys(where(e) for e in cause.entries if e is not shown))
-    seen = [w for w in seen if w != where(shown)]
+    seen = [w for w in seen if shown is None or w != where(shown)]
     if seen:
         parts.append("The same defect shows in: " + "; ".join(seen) + ".")
     if cause.status == "new" and cause.search:
