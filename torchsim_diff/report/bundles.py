@@ -1127,11 +1127,8 @@ def launch_versions_text() -> str:
                    "triton-adapter-opt: unknown")
     lines = [adapter, f"triton (wrote kernel.ttir; interpreter for the expected values): {_dist_version('triton')}",
              f"torch: {torch.__version__}"]
-    for tool in ("mlir-opt-19", "clang-19"):
-        found = shutil.which(tool)
-        banner = subprocess.run([found, "--version"], capture_output=True, text=True).stdout if found else ""
-        version = re.search(r"version (\S+)", banner)
-        lines.append(f"{tool}: {version.group(1) if version else 'not found'}")
+    from torchsim_diff.report.mlir_opt_bundle import tool_version
+    lines += [f"{tool}: {tool_version(tool)}" for tool in ("mlir-opt-19", "clang-19")]
     return "\n".join(lines) + "\n"
 
 

@@ -108,13 +108,15 @@ def write_mlir_bundle(folder: str, repro: MlirRepro, to_dir: str, head: str) -> 
 
 def tool_versions() -> str:
     """The version lines of the tools the commands run."""
-    lines = []
-    for tool in TOOLS:
-        found = shutil.which(tool)
-        banner = subprocess.run([found, "--version"], capture_output=True, text=True).stdout if found else ""
-        version = re.search(r"version (\S+)", banner)
-        lines.append(f"{tool}: {version.group(1) if version else 'not found'}")
-    return "\n".join(lines)
+    return "\n".join(f"{tool}: {tool_version(tool)}" for tool in TOOLS)
+
+
+def tool_version(tool: str) -> str:
+    """An LLVM tool's version from its --version banner, or 'not found'."""
+    found = shutil.which(tool)
+    banner = subprocess.run([found, "--version"], capture_output=True, text=True).stdout if found else ""
+    version = re.search(r"version (\S+)", banner)
+    return version.group(1) if version else "not found"
 
 
 FUZZER_NOTE = ("Found by a differential fuzzer (a program compiled through MLIR against PyTorch), then reduced by hand to "
