@@ -620,24 +620,24 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     if route in IMPORT_ONLY:
         from torchsim_diff.report import mlir_host
         mlir_host.write_ir(case, to_dir, lower=record.kind != Kind.TIMEOUT.value)
-    if eager_bug and (run or minimise) and uses_tolerances(record, case):
-        record, options, first_run = _eager_script(record, case, to_dir, heading)
-    else:
-        options, first_run = ScriptOptions(), None
-    if first_run is not None:
-        pass
-    elif run or minimise:
+    runs = run or minimise
+    record, options, first_run = _eager_script(record, case, to_dir, heading) \
+        if eager_bug and runs and uses_tolerances(record, case) else (record, ScriptOptions(), None)
+    if first_run is None and runs:
         options, first_run = _plainest_script(record, case, to_dir, heading)
         options = dataclasses.replace(options, eager_bug=eager_bug)
-    else:
-        options, first_run = ScriptOptions(), None
+    elif first_run is None:
         write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
     kernel_only = ((adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading))
                    or (kernel_bundle.is_kernel_value_bug(record)
                        and _kernel_value_bundle(record, case, to_dir, artifacts_dir, heading)))
     shims = minimise_shims(to_dir) if route == "triton" and minimise else None
-    repro_output = (quoted_run(to_dir, first_run[0], first_run[1], 300, first_run[2]) if first_run and shims is None else run_script(to_dir)) \
-        if run else None
+    if not run:
+        repro_output = None
+    elif first_run and shims is None:      # the run that chose the script is the one to quote
+        repro_output = quoted_run(to_dir, first_run[0], first_run[1], 300, first_run[2])
+    else:
+        repro_output = run_script(to_dir)
     kernel_bundle.remove_built(to_dir)
     copied = []
     if harness_only(route) and not kernel_only:    # the route's files are the evidence repro.py lacks
@@ -663,7 +663,7 @@ def _plainest_script(record: Record, case: Case, to_dir: str, heading: str) -> t
     that reproduced: (status, stdout, stderr), or None where nothing was run)."""
     def write(options: ScriptOptions) -> None:
         write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading, options))
-    if harness_only(record.route) or record.route in IMPORT_ONLY and not runs_on_host(record, case):
+    if harness_only(record.route) or (record.route in IMPORT_ONLY and not runs_on_host(record, case)):
         write(ScriptOptions())
         return ScriptOptions(), None
     options = ScriptOptions(at_defaults=uses_tolerances(record, case))

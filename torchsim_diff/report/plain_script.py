@@ -58,7 +58,8 @@ def tolerances(case: Case, program, at_defaults: bool = False) -> list:
     defaults; floats at torch.testing's defaults with `at_defaults` (PyTorch asks fuzzer reports
     to keep them), else at its rtol for the dtype and an atol of twice eager's largest finite
     error against float64 (a correct compiled result may err as much as eager does, on the
-    other side), never below the dtype's smallest normal number."""
+    other side), never below one subnormal step (where eager is exact, so must compiled be:
+    a flushed subnormal is a bug)."""
     eager_inputs = layout.materialize_all(case.to_dict())
     truth_inputs = layout.materialize_all(case.to_dict(), torch.float64)
     eager = list(program(*eager_inputs))
