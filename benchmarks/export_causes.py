@@ -7,8 +7,9 @@ Each cause (corpora/known/<cause>/) is exported with `torchsim-diff export` (its
 its title and summary; repro.py run once and quoted in ISSUE.md), then its repro.py is run
 again in a fresh venv that sees torch (and what is installed beside it: triton, torch-mlir)
 but not torchsim-diff. Prints one row per cause: project, status, the case's route, repro.py's
-lines, its imports beyond the standard library, its exit status there (1: reproduces) and
-seconds; then the counts per project. Exits 1 when a cause's repro.py does not exit 1.
+lines, its imports beyond the standard library, its exit status there (1: reproduces), what
+the upstream's checklist finds missing (report.checklist) and seconds; then the counts per
+project. Exits 1 when a cause's repro.py does not exit 1.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def main(argv=None) -> int:
     from tabulate import tabulate
 
     from torchsim_diff.cli import main as cli
+    from torchsim_diff.report import checklist
     from torchsim_diff.report.plain_script import torch_only_python
     from torchsim_diff.triage.causes import read_causes
     causes, problems = read_causes(KNOWN)
@@ -56,6 +58,7 @@ def main(argv=None) -> int:
         rows.append({"cause": cause.name, "project": cause.project, "status": cause.status,
                      "route": cause.representative().route, "lines": _lines(bundle),
                      "imports": ",".join(_imports(bundle)) or "-", "exit": status,
+                     "checklist": "; ".join(checklist.problems(bundle)) or "ok" if exported else "-",
                      "seconds": round(time.perf_counter() - started, 1)})
         print(" ".join(str(v) for v in rows[-1].values()), flush=True)
     print()
