@@ -590,3 +590,35 @@ def test_a_bundle_carries_the_runs_sources_and_ir_not_its_objects_buffers_or_cac
     _keep_shipped(str(run))
     kept = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
     assert kept == ["artifacts/k/kernel.linalg.mlir", "artifacts/k/kernel.ttir", "artifacts/k/launch.json"]
+
+
+# -- text from records reaches a terminal or a spreadsheet only as data -------------------
+HOSTILE_TITLE = "relu\x1b]0;owned\x07 and \x1b[2J cleared"
+
+
+def _ledger_with_title(tmp_path, title: str) -> str:
+    from tests.conftest import make_case
+    case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
+                     inputs=[("x0", [2], [1], 0, 2, {})], outputs=["v0"])
+    folder = tmp_path / "known" / "a-cause"
+    folder.mkdir(parents=True)
+    (folder / "cause.json").write_text(json.dumps({"title": title, "project": "pytorch", "status": "new"}))
+    (folder / "e.json").write_text(json.dumps({"route": "inductor", "kind": "wrong_values", "bucket": "=1+2",
+                                               "signature": "inductor|wrong_values|relu|output",
+                                               "cause": "inductor|wrong_values|relu|any", "case": case.to_dict()}))
+    return str(tmp_path / "known")
+
+
+def test_terminal_escapes_in_a_title_are_printed_as_text(tmp_path, capsys):
+    from torchsim_diff.cli import main
+    assert main(["causes", "--known-bugs", _ledger_with_title(tmp_path, HOSTILE_TITLE)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "relu\\x1b]0;owned\\x07 and \\x1b[2J cleared" in out
+
+
+def test_a_csv_cell_a_spreadsheet_would_evaluate_is_quoted(tmp_path, capsys):
+    from torchsim_diff.cli import main
+    assert main(["causes", "--known-bugs", _ledger_with_title(tmp_path, "=HYPERLINK(\"https://x\")"),
+                 "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    assert "'=HYPERLINK" in out and ",=HYPERLINK" not in out and '"=HYPERLINK' not in out

@@ -995,9 +995,9 @@ def _beside_the_script(record: Record, case: Case, bundle: str, shims) -> list:
         reduced = (f" reduced from its {_line_count(original)} lines: source locations dropped, and every op "
                    "without which the adapter still fails the same way removed (the whole kernel is "
                    f"`{adapter_bundle.ORIGINAL_FILE}`)") if os.path.exists(original) else ""
-        parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter{reduced}. Its provenance: "
-                  "Inductor's Triton kernel for the program, lowered to TTIR by Triton (CPU target), with its ops "
-                  "rewritten for the adapter's older Triton dialect.", ""]
+        parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter{',' if reduced else ''}{reduced}. "
+                  "Its provenance: Inductor's Triton kernel for the program, lowered to TTIR by Triton (CPU target), "
+                  "with its ops rewritten for the adapter's older Triton dialect.", ""]
         parts += _inline_ir(bundle, adapter_bundle.KERNEL_FILE)
     if _kernel_launch(bundle):
         parts += [f"`{kernel_bundle.LAUNCH_FILE}` holds every buffer of the launch before it runs and as "

@@ -22,7 +22,9 @@ FORMATS = ("plain", "md", "csv", "json", "html")
 
 
 def render(rows: list, fmt: str = "plain", title: str | None = None) -> str:
-    """Rows as text in one of FORMATS."""
+    """Rows as text in one of FORMATS. Text from records and ledgers is data: in CSV a cell that
+    a spreadsheet would read as a formula is quoted, and in text for a terminal a control
+    character (an escape sequence that would retitle or clear it) is written as its escape."""
     if fmt not in FORMATS:
         raise ValueError(f"format={fmt!r} is not one of {FORMATS}")
     if fmt == "json":
@@ -32,8 +34,11 @@ def render(rows: list, fmt: str = "plain", title: str | None = None) -> str:
         if rows:
             writer = csv.DictWriter(out, fieldnames=list(rows[0]))
             writer.writeheader()
-            writer.writerows(rows)
+            writer.writerows([{k: _as_csv_data(v) for k, v in r.items()} for r in rows])
         return out.getvalue()
+    if fmt in ("plain", "md"):
+        rows = [{k: _printable(v) for k, v in r.items()} for r in rows]
+        title = _printable(title) if title else title
     if not rows:
         return f"{title}: no records" if title else "no records"
     table = tabulate([list(r.values()) for r in rows], headers=list(rows[0]),
@@ -44,6 +49,22 @@ def render(rows: list, fmt: str = "plain", title: str | None = None) -> str:
     if title and fmt == "html":
         return f"<h3>{html.escape(title)}</h3>\n{table}"
     return f"{title}\n{table}" if title else table
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _as_csv_data(value):
+    """A text cell a spreadsheet would evaluate (=, +, -, @ first) with a quote in front."""
+    return "'" + value if isinstance(value, str) and len(value) > 1 and value.startswith(FORMULA_STARTS) else value
+
+
+def _printable(value):
+    """Text with each control character as its escape (\\x1b, \\n): a cell is one line, and
+    never a terminal command."""
+    if not isinstance(value, str) or value.isprintable():
+        return value
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value)
 
 
 def _fmt_rate(count: int, seconds: float):
