@@ -101,8 +101,8 @@ INDEX_OPS = ("argmax", "argmin", "argsort")
 def picked_outputs(case: Case) -> dict:
     """{output position: the node} for the outputs an index op returns."""
     producers = {n["id"]: n for n in case.nodes}
-    return {k: producers[ref] for k, ref in enumerate(case.outputs)
-            if ref in producers and producers[ref]["op"] in INDEX_OPS}
+    found = {k: producers.get(ref) for k, ref in enumerate(case.outputs)}
+    return {k: node for k, node in found.items() if node is not None and node["op"] in INDEX_OPS}
 
 
 def picker_source(case: Case, k: int, node: dict) -> str:
@@ -112,12 +112,12 @@ def picker_source(case: Case, k: int, node: dict) -> str:
     from torchsim_diff.ops import get_op
     params = ", ".join(["indices"] + [spec["name"] for spec in case.inputs])
     lines = [f"def picked_{k}({params}):  # output {k}'s indices compared by the values they pick"]
-    for earlier in case.nodes[:case.nodes.index(node)]:
-        lines.append(f"    {earlier['id']} = {get_op(earlier['op']).emit(list(earlier['args']), earlier.get('attrs', {}))}")
-    source, attrs = node["args"][0], node.get("attrs", {})
-    if node["op"] != "argsort" and "dim" not in attrs:
+    for n in case.nodes[:case.nodes.index(node)]:
+        lines.append(f"    {n['id']} = {get_op(n['op']).emit(list(n['args']), n.get('attrs', {}))}")
+    source, attrs, op = node["args"][0], node.get("attrs", {}), node["op"]
+    if op != "argsort" and "dim" not in attrs:
         picked = f"{source}.flatten()[indices]"
-    elif node["op"] == "argsort" or attrs.get("keepdim"):
+    elif op == "argsort" or attrs.get("keepdim"):
         picked = f"{source}.gather({attrs['dim']}, indices)"
     else:
         picked = f"{source}.gather({attrs['dim']}, indices.unsqueeze({attrs['dim']})).squeeze({attrs['dim']})"
