@@ -186,6 +186,11 @@ class Checker:
         self._claimant = f"{tag}:{os.getpid()}"
         self.deleter = BackgroundDelete(os.path.join(self.out_dir, ".discarded"))
 
+    def leave_unlocalised(self, buckets) -> None:
+        """Failures in `buckets` are not localised by this checker: a replay that wants only
+        the verdict (a known bug's) does not pay for relaunching its kernels."""
+        self._not_localised_again.update(buckets)
+
     def __enter__(self):
         return self
 
