@@ -2,11 +2,12 @@
 tqdm bars, and a plain pytest run that prints none of it."""
 import io
 import json
+import time
 
 import pytest
 
-from torchsim_diff.campaign.progress import (PLAIN_EVERY_S, BarDisplay, Board, LineDisplay, Progress, ResultsTail,
-                                             choose_mode)
+from torchsim_diff.campaign.progress import (PLAIN_EVERY_S, POLL_S, BarDisplay, Board, LineDisplay, Progress,
+                                             ProgressThread, ResultsTail, choose_mode)
 from torchsim_diff.results.record import Record
 
 
@@ -95,6 +96,25 @@ def test_plain_lines_are_whole_prefixed_and_at_most_one_block_per_period():
     assert len(written) == 2 and all(line.startswith("progress: ") and "\n" not in line for line in written)
     display.close(board, now=112.0)                     # the final block is always written
     assert len(written) == 4 and display.every_s == PLAIN_EVERY_S
+
+
+def test_the_thread_writes_plain_blocks_while_no_item_ends_and_never_while_pytest_writes(tmp_path):
+    """An item that runs for minutes reports nothing through pytest's hooks: the progress
+    thread writes the blocks, and paused() (held while pytest writes its line) holds it back."""
+    import threading
+    (tmp_path / "results-gw0.jsonl").write_text(json.dumps(_rec("eager", t_case=1.0).to_dict()) + "\n")
+    written, blocked = [], threading.Event()
+    display = LineDisplay(written.append, every_s=0.0)
+    thread = ProgressThread(Progress(str(tmp_path), Board(start=0.0), display))
+    with display.paused():
+        thread.start()
+        blocked.wait(2.5 * POLL_S)                      # the thread ticks, but cannot write yet
+        assert written == []
+    deadline = time.monotonic() + 10 * POLL_S
+    while not written and time.monotonic() < deadline:
+        time.sleep(POLL_S / 10)
+    thread.stop()
+    assert written and written[0].split()[1:4] == ["eager", "1", "cases"]
 
 
 def test_bars_hold_each_routes_counts_and_the_budget_left():

@@ -56,6 +56,13 @@ def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(su
                                  f"HTML report: {report / 'report.html'}"])
     assert {r.route for r in _records(report)} == {"eager", "double-wrong-element"}
     assert "NEW buckets" in (report / "report.html").read_text()
+    # the failure section is short: the unreduced case and Hypothesis's report went to the run folder
+    result.stdout.fnmatch_lines(["*its reduced case, bucket and bundle: the torchsim-diff report below",
+                                 f"*Hypothesis's traceback: {report / 'failures'}*.txt (or run with -v)"])
+    unreduced = "case=Case("                           # Hypothesis's failing example, as it prints it
+    assert unreduced not in result.stdout.str()
+    kept, = (report / "failures").iterdir()
+    assert unreduced in kept.read_text()
 
 
 def test_a_bucket_whose_bundle_does_not_reproduce_is_listed_apart_never_new(suite):
@@ -71,12 +78,31 @@ def test_a_bucket_whose_bundle_does_not_reproduce_is_listed_apart_never_new(suit
 
 def test_a_budget_ends_items_as_passed_and_progress_lines_are_printed(suite):
     report = suite.path / "run"
-    result = suite.runpytest_subprocess("--routes", "eager", "--fuzz-examples", "100000", "--fuzz-budget", "30s",
+    result = suite.runpytest_subprocess("--routes", "eager,double-slow-start", "--fuzz-examples", "100000",
+                                        "--fuzz-budget", "30s", "--fuzz-route-weights", "double-slow-start=3",
                                         "--report-dir", str(report), "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=1)
+    result.assert_outcomes(passed=2)
+    from torchsim_diff.campaign.route_shares import spent_by_route
     records = _records(report)
-    assert 0 < len(records) < 100000
-    result.stdout.fnmatch_lines(["*budget=30s*", f"progress: eager*{len(records)} cases*left"])
+    cases = {route: sum(r.route == route for r in records) for route in ("eager", "double-slow-start")}
+    assert all(0 < n < 100000 for n in cases.values()), cases
+    spent = spent_by_route(str(report / "shares.sqlite"))
+    assert spent["double-slow-start"] > 2 * spent["eager"], spent           # its weight: three times eager's time
+    result.stdout.fnmatch_lines(["*budget=30s*", f"progress: double-slow-start*{cases['double-slow-start']} cases*left",
+                                 "Drawing time per route*", f"eager *{cases['eager']} *"])
+
+
+def test_a_budget_turns_hypothesis_shrinking_off_and_a_bad_weight_is_one_line(suite):
+    suite.makepyfile(test_phases='''
+from hypothesis import Phase
+def test_phases(torchsim_session):
+    assert (Phase.shrink in torchsim_session.settings().phases) == (torchsim_session.budget is None)
+''')
+    assert suite.runpytest_subprocess("test_phases.py", "-p", "no:cacheprovider").ret == 0
+    assert suite.runpytest_subprocess("test_phases.py", "--fuzz-budget", "20s", "-p", "no:cacheprovider").ret == 0
+    bad = suite.runpytest_subprocess("--routes", "eager", "--fuzz-route-weights", "mlir=2", "-p", "no:cacheprovider")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--fuzz-route-weights='mlir=2': route 'mlir' is not among --routes (eager)"])
 
 
 def test_known_bucket_is_recorded_not_raised(suite, tmp_path):

@@ -1,25 +1,26 @@
-"""A campaign's time budget: when to stop drawing cases, and how long shrinking may go on.
+"""A campaign's time budget: when to stop drawing cases, and when to stop shrinking them.
 
 The budget is wall-clock time (`time.time()`), so a pytest-xdist controller can hand its
-deadlines to every worker. It splits in two: drawing new cases gets the first
-1 - SHRINK_SHARE of it, shrinking what failed gets the rest (and may start earlier, for
-items that fail early, but never runs past the end).
+deadlines to every worker. Drawing new cases gets the first 1 - SHRINK_SHARE of it; the rest
+closes the run: the reducer shrinks each new failure until `reduce_end`, and the new buckets
+are self-checked in the last CHECK_SHARE of that closing time.
 
     >>> Budget.parse("10m").total_s
     600.0
 
-Within a fuzz item (`ItemClock`), `admit()` says whether the next new case runs:
-True (run it), False (skip it quietly: the item is shrinking and its share is spent) or
-raises BudgetSpent (stop drawing: the item ends here and counts as passed).
+Within a fuzz item (`ItemClock`), `admit()` returns when the next new case may run and
+raises BudgetSpent when the item must stop drawing (it ends there and counts as passed).
+A campaign under a budget does not shrink inside its items: Hypothesis's shrinking is off
+there, and the campaign's reducer shrinks every failure in the closing share.
 """
 from __future__ import annotations
 
 import itertools
-import math
 import re
 import time
 
 SHRINK_SHARE = 0.2
+CHECK_SHARE = 0.4              # of the closing time, kept for self-checking the new buckets
 MIN_ITEM_S = 5.0               # an item's first case before the drawing deadline opens at least this
 GRACE_S = 20.0                 # a case started just before the end may still finish
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -63,6 +64,10 @@ class Budget:
     def shrink_s(self) -> float:
         return self.total_s * self.shrink_share
 
+    @property
+    def reduce_end(self) -> float:
+        return self.end - self.shrink_s * CHECK_SHARE
+
     def left(self, now: float | None = None) -> float:
         return max(0.0, self.end - (time.time() if now is None else now))
 
@@ -93,50 +98,28 @@ def interleaved_by_route(items: list, route_of) -> list:
 
 
 class ItemClock:
-    """One fuzz item's share of the budget.
+    """One fuzz item's drawing time: `allowance_s` seconds (its route's share divided among
+    its items, campaign.route_shares) from when the item was set up, `opened`.
 
-    Items run one after another on each of `workers` processes; the k-th item a process
-    runs should stop drawing by start + (k + 1) x (drawing time x workers / items), so an
-    item that ends early (its profile's max_examples reached) leaves its time to the next.
-    A failing item may then shrink for up to its share of the shrinking time.
+    The route's start-up comes out of that time, but the first case always opens at least
+    MIN_ITEM_S seconds, so an item whose route starts slowly still draws; an item whose route
+    has nothing left (allowance 0) draws nothing. No item draws past the budget's drawing time.
     """
 
-    def __init__(self, budget: Budget, *, items: int, workers: int, done_here: int):
+    def __init__(self, budget: Budget, *, allowance_s: float, opened: float | None = None):
         self.budget = budget
-        slot = (budget.draw_end - budget.start) * max(1, workers) / max(1, items)
-        self.planned = budget.start + (done_here + 1) * slot
-        self.shrink_allowance = max(budget.shrink_s / 2, slot)
+        self.allowance_s = allowance_s
+        self.opened = time.time() if opened is None else opened
         self.draw_until: float | None = None       # set by the first case (after the route's start-up)
-        self.shrink_until: float | None = None
-        self.steps_left: float = math.inf
 
-    def _start(self, now: float) -> None:
+    def admit(self, now: float | None = None) -> None:
+        """Return if the next new case may run; raise BudgetSpent if the item must stop drawing."""
+        now = time.time() if now is None else now
         if self.draw_until is None:
-            self.draw_until = min(self.budget.draw_end, max(self.planned, now + MIN_ITEM_S))
-
-    def failed(self, capped_steps: int | None = None, now: float | None = None) -> None:
-        """The item raised a finding: from now on it is shrinking (at most capped_steps new runs)."""
-        now = time.time() if now is None else now
-        if self.shrink_until is None:
-            self.shrink_until = min(self.budget.end, now + self.shrink_allowance)
-        if capped_steps is not None:
-            self.steps_left = min(self.steps_left, capped_steps)
-
-    @property
-    def shrinking(self) -> bool:
-        return self.shrink_until is not None
-
-    def admit(self, now: float | None = None) -> bool:
-        now = time.time() if now is None else now
-        self._start(now)
-        if not self.shrinking:
-            if now >= self.draw_until:
-                raise BudgetSpent
-            return True
-        if now >= self.shrink_until or self.steps_left <= 0:
-            return False
-        self.steps_left -= 1
-        return True
+            floor = now + MIN_ITEM_S if self.allowance_s > 0 else now
+            self.draw_until = min(self.budget.draw_end, max(self.opened + self.allowance_s, floor))
+        if now >= self.draw_until:
+            raise BudgetSpent
 
 
 def budget_seconds(text) -> float:

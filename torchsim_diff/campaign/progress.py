@@ -10,15 +10,13 @@ record's arrival less that case's `t_case`, its worker's start-up `t_start` left
 latest record, so a route whose items start late, or ended early, is not measured against
 the whole session.
 
-Two displays (`make_display`): tqdm bars on a terminal (a budget bar, then one counter per
-route), redrawn by a thread; whole plain lines elsewhere, at most one block per
-PLAIN_EVERY_S. Either ends with one plain block of the final counts. Which one a run gets,
+Two displays (`make_display`), both kept up by a thread: tqdm bars on a terminal (a budget
+bar, then one counter per route); whole plain lines elsewhere, one block per PLAIN_EVERY_S. Either ends with one plain block of the final counts. Which one a run gets,
 if any, is `choose_mode`'s decision.
 """
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
 import json
 import os
@@ -155,13 +153,15 @@ class ResultsTail:
 
 class LineDisplay:
     """Whole plain lines through `write_line` (one line, no newline), at most one block per
-    `every_s` seconds."""
+    `every_s` seconds. The progress thread shows them too, so a block comes every `every_s`
+    however long an item runs; paused() keeps it from writing while pytest writes a line."""
 
-    live = False      # drawn only when show() is called: nothing to redraw
+    live = True       # shown by the progress thread as well as between pytest's lines
 
     def __init__(self, write_line, every_s: float = PLAIN_EVERY_S):
         self.write_line, self.every_s = write_line, every_s
         self._last: float | None = None
+        self._writing = threading.Lock()
 
     def show(self, board: Board, now: float, force: bool = False) -> None:
         lines = board.lines(now)
@@ -169,11 +169,12 @@ class LineDisplay:
         if not lines or (not force and self._last is not None and clock - self._last < self.every_s):
             return
         self._last = clock
-        for line in lines:
-            self.write_line(PREFIX + line)
+        with self._writing:
+            for line in lines:
+                self.write_line(PREFIX + line)
 
     def paused(self):
-        return contextlib.nullcontext()
+        return self._writing
 
     def close(self, board: Board, now: float) -> None:
         self.show(board, now, force=True)

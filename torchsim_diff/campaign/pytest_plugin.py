@@ -1,13 +1,15 @@
 """pytest plugin: fuzz suites as test items, one warm checker per xdist worker, one merged table.
 
 Options (see `pytest --help`, group torchsim-diff): --routes, --fuzz-examples, --fuzz-seed,
---fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --fuzz-budget, --known-bugs,
---fuzz-reduce-budget, --fuzz-progress.
+--fuzz-dtypes, --fuzz-shards, --report-dir, --fuzz-timeout, --fuzz-budget, --fuzz-route-weights,
+--known-bugs, --fuzz-reduce-budget, --fuzz-progress.
 
 The controller probes the routes once: an unavailable route is named in the header with
-its reason and gets no items. With --fuzz-budget, items stop drawing cases when their
-share of the budget is spent (torchsim_diff.campaign.budget) and per-route timeouts adapt to the
-run (torchsim_diff.run.adaptive_timeouts).
+its reason and gets no items. With --fuzz-budget, every route gets its share of the drawing
+time from the start (torchsim_diff.campaign.route_shares), its items stop drawing cases when
+their part of it is spent (torchsim_diff.campaign.budget), Hypothesis does not shrink (the
+reducer does, in the budget's closing share), and per-route timeouts adapt to the run
+(torchsim_diff.run.adaptive_timeouts).
 
 Live progress (torchsim_diff.campaign.progress, --fuzz-progress) is off in a plain test run, so
 nothing comes between pytest's dots; a budget or -v turns it on: tqdm bars on a terminal, whole
@@ -38,21 +40,23 @@ import concurrent.futures
 import contextlib
 import os
 import random
+import re
 import sys
 import time
 import zlib
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from torchsim_diff.campaign import bytecode, options
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, interleaved_by_route
+from torchsim_diff.campaign.route_shares import RouteShares, parse_weights
 from torchsim_diff.campaign.interrupts import sigterm_as_interrupt
 from torchsim_diff.campaign.progress import MODES, Board, Progress, ProgressThread, choose_mode, make_display
-from torchsim_diff.results.kinds import Kind
-from torchsim_diff.run.adaptive_timeouts import SHRINK_TIMEOUT_STEPS, TimeoutPolicy
+from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
 from torchsim_diff.triage.known_ledger import default_ledger
+from torchsim_diff.triage.signatures import Finding
 
 # Profiles under our own names: registering them changes no other suite's settings, and
 # one is loaded only when --hypothesis-profile names it. Fuzz items without one get
@@ -105,6 +109,9 @@ def pytest_addoption(parser):
     group.addoption("--fuzz-budget", default=None,
                     help="time for the whole run, e.g. 600, 90s, 10m: items stop drawing cases when their "
                          "share is spent, a fifth is kept for shrinking (default: no budget)")
+    group.addoption("--fuzz-route-weights", default=None,
+                    help="under --fuzz-budget, each route's weight in the drawing time, e.g. triton-spike=2,"
+                         "inductor=0.5; routes not named weigh 1 (default: equal shares)")
     group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known "
                     "under the rootdir, else the copy installed with torchsim-diff)")
     group.addoption("--fuzz-progress", default="auto", choices=MODES,
@@ -133,6 +140,19 @@ def _validate_options(config) -> None:
             check(str(value))
         except options.BadOption as exc:
             raise pytest.UsageError(f"{name}={value!r}: {exc}") from None
+    _validate_weights(config)
+
+
+def _validate_weights(config) -> None:
+    text = config.getoption("--fuzz-route-weights")
+    try:
+        weights = parse_weights(text)
+    except options.BadOption as exc:
+        raise pytest.UsageError(f"--fuzz-route-weights={text!r}: {exc}") from None
+    routes = config.getoption("--routes") or DEFAULT_ROUTES
+    unrun = [route for route in weights if route not in routes.split(",")]
+    if unrun:
+        raise pytest.UsageError(f"--fuzz-route-weights={text!r}: route {unrun[0]!r} is not among --routes ({routes})")
 
 
 def pytest_configure(config):
@@ -216,6 +236,7 @@ class FuzzSession:
         worker_input = getattr(config, "workerinput", None)
         self.worker_id = worker_input["workerid"] if worker_input else "main"
         self.explicit_routes = opt("--routes") is not None
+        self.verbose = config.option.verbose           # as asked: progress may raise it (pytest_configure)
         self.routes = [r for r in (opt("--routes") or DEFAULT_ROUTES).split(",") if r]
         self.dtypes = [d for d in opt("--fuzz-dtypes").split(",") if d]
         self.shards = max(1, opt("--fuzz-shards"))
@@ -239,8 +260,8 @@ class FuzzSession:
         self._writer = None
         self._availability: dict = {}
         self._verdicts: dict = {}
-        self._fuzz_items = 0
-        self._items_done = 0
+        self._route_items: dict = {}             # route -> its fuzz items, as collected
+        self._shares: RouteShares | None = None
         self._clock: ItemClock | None = None
         self._item: str | None = None            # the fuzz item running in this process
         self._claims = None
@@ -267,11 +288,14 @@ class FuzzSession:
         return self.config.getoption("hypothesis_profile", default=None) or DEFAULT_PROFILE
 
     def settings(self):
-        """Hypothesis settings for a fuzz item (its profile, with --fuzz-examples applied)."""
+        """Hypothesis settings for a fuzz item: its profile, with --fuzz-examples applied and,
+        under a budget, no shrinking (the reducer shrinks failures in the budget's closing
+        share; Hypothesis's shrinking inside an item would run past the item's time)."""
         base = settings.get_profile(self.profile)
-        if self.examples is None:
-            return settings(base)
-        return settings(base, max_examples=self.examples)
+        changes = {} if self.examples is None else {"max_examples": self.examples}
+        if self.budget is not None:
+            changes["phases"] = [phase for phase in base.phases if phase != Phase.shrink]
+        return settings(base, **changes)
 
     def require(self, route: str) -> None:
         """Skip the calling test with the reason when `route` cannot run here; end it at
@@ -289,23 +313,18 @@ class FuzzSession:
     def check(self, case, route: str):
         """Run, record, and raise the bucket's Finding unless the bucket is a known bug.
 
-        A case seen before (Hypothesis revisits cases while shrinking) gets its earlier
-        verdict again: no second run, no second record. Under a budget, a new case may
-        instead end the item (BudgetSpent) or, while shrinking past the item's share, be
-        passed over unrun (a skipped verdict, not recorded). A failure in a bucket that
+        A case seen before (Hypothesis revisits cases while shrinking, and replays the
+        failing one) gets its earlier verdict again: no second run, no second record. Under a
+        budget, a new case may instead end the item (BudgetSpent). A failure in a bucket that
         another item claimed is recorded and not raised (torchsim_diff.campaign.bucket_claims).
         """
         key = (case.case_id, route)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            if self._clock is not None and not self._clock.admit():
-                from torchsim_diff.run.checker import Verdict
-                from torchsim_diff.results.kinds import Status
-                return Verdict(case, route, Status.SKIPPED, message="budget for shrinking spent")
+            if self._clock is not None:
+                self._clock.admit()
             verdict = self._verdicts[key] = self._run(case, route)
         if not self.is_known(verdict) and verdict.failed and self._raises_here(verdict):
-            if self._clock is not None:
-                self._clock.failed(SHRINK_TIMEOUT_STEPS if verdict.kind == Kind.TIMEOUT else None)
             verdict.raise_if_failed()
         return verdict
 
@@ -320,8 +339,7 @@ class FuzzSession:
     def _run(self, case, route: str):
         """One route run through the case runner (run.runner); its record is written.
         Failures are reduced at session end, in each process (_reduce_then_bucket)."""
-        shrinking_hang = self._clock is not None and self._clock.shrinking
-        verdict = self.runner.verdict(case, route, shrinking_timeout=shrinking_hang)
+        verdict = self.runner.verdict(case, route)
         self.writer.write(self.runner.record(verdict))
         return verdict
 
@@ -387,31 +405,64 @@ class FuzzSession:
     def pytest_collection_modifyitems(self, items):
         """Fuzz items take turns by route (budget.interleaved_by_route), in the places they had."""
         places = [k for k, item in enumerate(items) if "fuzz_route" in getattr(item, "fixturenames", ())]
-        self._fuzz_items = len(places)
-        ordered = interleaved_by_route([items[k] for k in places], lambda item: item.callspec.params["fuzz_route"])
+        ordered = interleaved_by_route([items[k] for k in places], _route_of)
         for place, item in zip(places, ordered):
             items[place] = item
+        self._route_items = {}
+        for item in ordered:
+            self._route_items[_route_of(item)] = self._route_items.get(_route_of(item), 0) + 1
+
+    @property
+    def shares(self) -> RouteShares | None:
+        """Under a budget, the routes' shares of the drawing time (campaign.route_shares)."""
+        if self._shares is None and self.budget is not None:
+            self._shares = RouteShares(os.path.join(self.report_dir, "shares.sqlite"),
+                                       workers=self.workers, draw_end=self.budget.draw_end,
+                                       items=self._route_items,
+                                       weights=parse_weights(self.config.getoption("--fuzz-route-weights")))
+        return self._shares
 
     def pytest_runtest_setup(self, item):
         if "fuzz_route" not in getattr(item, "fixturenames", ()):
             return
         self._item = item.nodeid
         if self.budget is not None:
-            self._clock = ItemClock(self.budget, items=self._fuzz_items, workers=self.workers,
-                                    done_here=self._items_done)
+            self._clock = ItemClock(self.budget, allowance_s=self.shares.begin(_route_of(item), item.nodeid))
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
-        """An item stopped by its budget (BudgetSpent through Hypothesis) passed with what it ran."""
+        """An item stopped by its budget (BudgetSpent through Hypothesis) passed with what it ran;
+        a campaign's finding is told in a few lines (_short_finding)."""
         report = yield
         if self._clock is not None and call.excinfo is not None and call.excinfo.errisinstance(BudgetSpent):
             report.outcome, report.longrepr = "passed", None
+        elif self.explicit_routes and self.verbose < 1 and report.failed and call.excinfo is not None \
+                and call.excinfo.errisinstance(Finding):
+            report.longrepr = self._short_finding(item.nodeid, call.excinfo.value, str(report.longrepr))
         return report
+
+    def _short_finding(self, nodeid: str, finding, full_text: str) -> str:
+        """A finding of a campaign, in the failure section: its first lines, and where the rest
+        went. The case it shows is unreduced; the torchsim-diff report after the failures gives
+        the reduced case, the bucket and the bundle. Hypothesis's whole report is kept in the run
+        folder (failures/), and printed as it is under -v."""
+        path = os.path.join(self.report_dir, "failures", re.sub(r"[^\w.-]+", "_", nodeid).strip("_") + ".txt")
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(full_text)
+        except OSError:
+            return full_text
+        head = [line for line in str(finding).splitlines() if line.strip()][:2]
+        return "\n".join([f"{type(finding).__name__}: {head[0] if head else ''}", *head[1:],
+                          "its reduced case, bucket and bundle: the torchsim-diff report below",
+                          f"the unreduced case and Hypothesis's traceback: {path} (or run with -v)"])
 
     def pytest_runtest_teardown(self, item):
         if "fuzz_route" in getattr(item, "fixturenames", ()):
+            if self._clock is not None:
+                self.shares.end(item.nodeid, time.time() - self._clock.opened)
             self._clock = self._item = None
-            self._items_done += 1
 
     def pytest_sessionstart(self, session):
         if getattr(self.config, "workerinput", None) is not None:
@@ -462,20 +513,37 @@ class FuzzSession:
         from torchsim_diff.triage.refine import apply_refinements
         records = [r.known_by_minimal_case(self.known) for r in apply_refinements(records, self.report_dir)]
         terminalreporter.section("torchsim-diff")
+        for line in self._share_lines(records):
+            terminalreporter.write_line(line)
         settled = self._settle_new_buckets(records)
         for line in tables.end_report(records, settled.new, settled.bundles, self.report_dir, self.unavailable(),
                                       settled.unconfirmed):
             terminalreporter.write_line(line)
 
+    def _share_lines(self, records) -> list:
+        """Under a budget: what each fuzzed route got of the drawing time and of the cases, and
+        a line for each route that ran few of them."""
+        if self.budget is None:
+            return []
+        from torchsim_diff.campaign.route_shares import share_rows, spent_by_route, starved_lines
+        from torchsim_diff.report.tables import render
+        rows = share_rows(self.runnable_routes(), records, spent_by_route(os.path.join(self.report_dir,
+                                                                                       "shares.sqlite")))
+        return [*render(rows, "plain", "Drawing time per route (Hypothesis's shrinking off: the reducer "
+                                       "shrinks each new failure after the drawing)").splitlines(),
+                *starved_lines(rows), ""]
+
     def _reduce_then_bucket(self) -> None:
         """Each process reduces its own new failures (xdist workers in parallel) before the
-        main process buckets them (refine.apply_refinements in the summary)."""
+        main process buckets them (refine.apply_refinements in the summary); under a budget,
+        by the budget's reduce_end."""
         budget = self.config.getoption("--fuzz-reduce-budget")
         failures = [v for v in self._verdicts.values() if v.failed and not self.is_known(v)]
         if budget > 0 and failures:
             from torchsim_diff.triage.refine import REFINED_PREFIX, refine_verdicts
             path = os.path.join(self.report_dir, f"{REFINED_PREFIX}{self.worker_id}.jsonl")
-            refine_verdicts(self._checker, failures, path, budget_s=budget)
+            refine_verdicts(self._checker, failures, path, budget_s=budget,
+                            deadline=self.budget.reduce_end if self.budget else None)
 
     def _history_path(self) -> str:
         return os.path.join(os.path.dirname(os.path.abspath(self.report_dir)), "buckets.json")
@@ -502,7 +570,12 @@ class FuzzSession:
             from torchsim_diff.run.checker import Checker
             return Checker(out_dir=os.path.join(self.report_dir, "self-check"), timeout_s=self.timeout_s,
                            tag="self-check")
-        return settle_new_buckets(findings, store, self.report_dir, checker, interrupted=self._interrupted)
+        return settle_new_buckets(findings, store, self.report_dir, checker, interrupted=self._interrupted,
+                                  deadline=self.budget.end if self.budget else None)
+
+
+def _route_of(item) -> str:
+    return item.callspec.params["fuzz_route"]
 
 
 def _budget_option(text):

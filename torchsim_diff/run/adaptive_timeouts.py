@@ -8,8 +8,6 @@ under load). So the limit follows the route:
     steady      max(FLOOR_S, P99_FACTOR x p99 of this route's case times), at most the ceiling
     first call  a fresh (or restarted) worker: max(steady, FIRST_CALL_FACTOR x its slowest
                 first call so far); the ceiling until one has been seen
-    shrinking   a timeout bucket: the steady limit, even on the restarted worker every hang
-                leaves behind, and at most SHRINK_TIMEOUT_STEPS steps (see shrink_steps)
 
 Until MIN_SAMPLES cases have finished, the steady limit is the ceiling (the user's
 --timeout / --fuzz-timeout).
@@ -28,7 +26,6 @@ P99_FACTOR = 20.0
 FIRST_CALL_FACTOR = 3.0
 MIN_SAMPLES = 5
 WINDOW = 500                  # the most recent case times kept per route
-SHRINK_TIMEOUT_STEPS = 6      # route runs spent shrinking a hang before keeping what we have
 
 
 class TimeoutPolicy:
@@ -63,15 +60,14 @@ class TimeoutPolicy:
             return self.ceiling_s
         return min(self.ceiling_s, max(self.floor_s, P99_FACTOR * p99))
 
-    def limit(self, route: str, *, fresh: bool = False, shrinking_timeout: bool = False) -> float:
+    def limit(self, route: str, *, fresh: bool = False) -> float:
         """Seconds allowed for the next call on `route`.
 
         fresh: the route's worker is not running (first call, or restarted after a crash
             or a hang), so the call pays start-up and a first compile.
-        shrinking_timeout: the call is a shrinking step of a timeout bucket.
         """
         steady = self.steady(route)
-        if shrinking_timeout or not fresh:
+        if not fresh:
             return steady
         slowest_first = self._first_calls.get(route)
         if slowest_first is None:

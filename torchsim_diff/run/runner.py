@@ -53,14 +53,14 @@ class CaseRunner:
         return {route: reason for route, (ok, reason) in self._availability.items() if not ok}
 
     # -- one case ------------------------------------------------------------------------
-    def run(self, case, route: str, *, shrinking_timeout: bool = False) -> tuple:
+    def run(self, case, route: str) -> tuple:
         """(verdict, record) of `case` on `route`; skipped with the reason when the route
         cannot run here."""
         ok, reason = self.availability(route)
         if not ok:
             verdict = self._skipped(case, route, reason)
             return verdict, self.record(verdict)
-        verdict = self.verdict(case, route, shrinking_timeout=shrinking_timeout)
+        verdict = self.verdict(case, route)
         return verdict, self.record(verdict)
 
     def run_cases(self, cases: list, route: str) -> list:
@@ -75,10 +75,10 @@ class CaseRunner:
             verdicts = self._batch(cases, route)
         return [(verdict, self.record(verdict)) for verdict in verdicts]
 
-    def verdict(self, case, route: str, *, shrinking_timeout: bool = False):
+    def verdict(self, case, route: str):
         """One route run under the route's adaptive time limit (within the budget)."""
         fresh = not self.checker.worker(route).alive()
-        limit = self._capped(self.timeouts.limit(route, fresh=fresh, shrinking_timeout=shrinking_timeout))
+        limit = self._capped(self.timeouts.limit(route, fresh=fresh))
         verdict = self.checker.check(case, route, timeout_s=limit)
         self.timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
         return verdict

@@ -34,6 +34,8 @@ from torchsim_diff.triage.reduce import (DEFAULT_BUDGET_S, ReduceError, _candida
                                          meta_results, reduce_case)
 
 HANG_BUDGET_TIMEOUTS = 2
+MIN_REDUCE_S = 3.0                # below this a reduction would end with the case it began with
+NOT_REACHED = "not reduced: the run's budget for reductions ran out first"
 
 
 @dataclasses.dataclass
@@ -79,17 +81,19 @@ class ReduceThenBucket:
 
     def __init__(self, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S, cache_path: str | None = None):
         self.checker, self.budget_s, self.cache_path = checker, budget_s, cache_path
+        self.cap_s: float | None = None       # a campaign's deadline: not even a hang's reduction goes past it
         self.by_case: dict = _load_cache(cache_path)
         self.by_raw: dict = {}
 
     @classmethod
-    def of_checker(cls, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S) -> "ReduceThenBucket":
+    def of_checker(cls, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S,
+                   cap_s: float | None = None) -> "ReduceThenBucket":
         """The one refiner of `checker` in this process, so that a failure reduced to be matched
         against the known bugs (run.runner) is not reduced again at session end (refine_verdicts)."""
         refiner = _REFINERS.get(checker)
         if refiner is None:
             refiner = _REFINERS[checker] = cls(checker, budget_s=budget_s)
-        refiner.budget_s = budget_s
+        refiner.budget_s, refiner.cap_s = budget_s, cap_s
         return refiner
 
     def refine(self, verdict) -> dict:
@@ -180,7 +184,8 @@ class ReduceThenBucket:
         every step that keeps it costs one. Its signature names the features its minimal case
         still holds (signatures.hang_signature): a layout left unsimplified splits its bucket."""
         if verdict.kind == Kind.TIMEOUT and self.budget_s:
-            return max(self.budget_s, HANG_BUDGET_TIMEOUTS * self.checker.timeout_s)
+            hang_budget = max(self.budget_s, HANG_BUDGET_TIMEOUTS * self.checker.timeout_s)
+            return hang_budget if self.cap_s is None else min(hang_budget, self.cap_s)
         return self.budget_s
 
     def _cause(self, minimal, verdict) -> tuple:
@@ -597,21 +602,35 @@ def _save_cache(path: str | None, entries: dict) -> None:
 REFINED_PREFIX = "refined-"
 
 
-def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: float = DEFAULT_BUDGET_S) -> int:
+def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: float = DEFAULT_BUDGET_S,
+                    deadline: float | None = None) -> int:
     """Reduce, then bucket, a pytest process's failing verdicts at session end (each xdist
     worker its own, in parallel, on its warm workers); one JSON line per verdict into
-    `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements."""
+    `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements. With a
+    `deadline` (time.time(); a campaign's), each reduction gets at most its part of the time
+    left, and those the time does not reach stay as found (reduce_error says why)."""
     import json
-    refiner = ReduceThenBucket.of_checker(checker, budget_s=budget_s)
+    verdicts = list(verdicts)
     lines = []
-    for verdict in verdicts:
-        fields = refiner.refine(verdict)
+    for k, verdict in enumerate(verdicts):
+        share = budget_s if deadline is None else min(budget_s, _part_of_time_left(deadline, len(verdicts) - k))
+        if share < MIN_REDUCE_S:
+            fields = dict(reduce_error=NOT_REACHED) if verdict.failed and verdict.kind.reducible else {}
+        else:
+            fields = ReduceThenBucket.of_checker(checker, budget_s=share,
+                                                 cap_s=None if deadline is None else share).refine(verdict)
         if fields:
             lines.append(json.dumps(refinement_line(verdict.case.case_id, verdict.route, verdict.bucket, fields)))
     if lines:
         with open(out_path, "w", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")
     return len(lines)
+
+
+def _part_of_time_left(deadline: float, reductions_left: int) -> float:
+    """A reduction's budget: half its even part of the time left, since classifying the
+    minimal case (first divergent op, trigger) comes after it and is not budgeted."""
+    return max(0.0, deadline - time.time()) / max(1, reductions_left) / 2
 
 
 def apply_refinements(records: list, folder: str) -> list:

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
@@ -37,6 +38,7 @@ REPRODUCES = 1                    # repro.py's exit status when the bug is there
 REPRO_JOBS = max(1, min(8, (os.cpu_count() or 2) // 2))   # repro.py runs at once (each compiles)
 SCRIPT_TIMEOUT_S = 600.0          # repro.py's own limit: a fresh Python, torch and a compile
 RESULTS_FILE = "self_check.json"  # in the run folder: bucket -> SelfCheck fields
+OUT_OF_TIME = "not self-checked: the run's budget ran out first"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,12 +65,14 @@ class Settled:
     interrupted: KeyboardInterrupt | None = None     # what ended the checks early, if anything
 
 
-def settle_new_buckets(findings, store, out_dir: str, checker, *, interrupted: bool = False) -> Settled:
+def settle_new_buckets(findings, store, out_dir: str, checker, *, interrupted: bool = False,
+                       deadline: float | None = None) -> Settled:
     """Self-check the buckets of `findings` (failing records, known bugs left out) that are
     new to `store` (a triage.bucket_history.BucketStore; every bucket when None). checker: a
     Checker, or a callable giving a context manager of one (started only when there is a
     bucket to check). An interrupted run checks nothing, and an interrupt during the checks
-    ends them: those buckets stay unconfirmed (Settled.interrupted holds the interrupt).
+    ends them: those buckets stay unconfirmed (Settled.interrupted holds the interrupt), as do
+    those not checked by `deadline` (time.time(); a campaign's budget end).
     Unconfirmed buckets are taken back out of the history."""
     candidates = set(store.new) if store is not None else None
     chosen = _to_check(findings, candidates)
@@ -77,9 +81,9 @@ def settle_new_buckets(findings, store, out_dir: str, checker, *, interrupted: b
         if chosen and not interrupted:
             if callable(checker):
                 with checker() as started:
-                    self_check_buckets(chosen, out_dir, started, into=checks)
+                    self_check_buckets(chosen, out_dir, started, into=checks, deadline=deadline)
             else:
-                self_check_buckets(chosen, out_dir, checker, into=checks)
+                self_check_buckets(chosen, out_dir, checker, into=checks, deadline=deadline)
     except KeyboardInterrupt as exc:
         stopped = exc
     for bucket in chosen:
@@ -108,15 +112,20 @@ def _save(checks: dict, path: str) -> None:
 
 
 def self_check_buckets(chosen: dict, out_dir: str, checker=None, *, replays: int = REPLAYS,
-                       into: dict | None = None, say=None) -> dict:
+                       into: dict | None = None, say=None, deadline: float | None = None) -> dict:
     """bucket -> SelfCheck for each bucket -> record of `chosen`; bundles go under
     OUT/bundles/<bucket>. The replays run one after the other on the checker (without one,
     they are left to repro.py's run); the repro.py runs, each its own process, REPRO_JOBS at
-    once. `into` is filled as checks finish (what an interrupt leaves is kept)."""
+    once. `into` is filled as checks finish (what an interrupt leaves is kept). Past
+    `deadline` (time.time()), no check begins and the repro.py runs still going are killed:
+    those buckets are OUT_OF_TIME."""
     checks = {} if into is None else into
     say = say or _say
     bundles = {}
     for k, (bucket, record) in enumerate(chosen.items(), 1):
+        if deadline is not None and time.time() >= deadline:
+            checks[bucket] = SelfCheck(bucket, False, OUT_OF_TIME)
+            continue
         say(f"self-check {k}/{len(chosen)}: bucket {bucket} on {record.route}")
         found = _before_repro(record, os.path.join(out_dir, "bundles", bucket), checker, replays)
         if isinstance(found, SelfCheck):
@@ -124,9 +133,15 @@ def self_check_buckets(chosen: dict, out_dir: str, checker=None, *, replays: int
         else:
             bundles[bucket] = found
     with _ReproRuns() as runs:
-        for bucket, (status, last_line) in runs.each(bundles):
-            checks[bucket] = _verdict_of_repro(bucket, bundles[bucket], status, last_line)
-            say(f"self-check: bucket {bucket} {'confirmed' if checks[bucket].confirmed else checks[bucket].reason}")
+        try:
+            for bucket, (status, last_line) in runs.each(bundles, deadline):
+                checks[bucket] = _verdict_of_repro(bucket, bundles[bucket], status, last_line)
+                say(f"self-check: bucket {bucket} "
+                    f"{'confirmed' if checks[bucket].confirmed else checks[bucket].reason}")
+        except TimeoutError:
+            for bucket, bundle in bundles.items():
+                checks.setdefault(bucket, SelfCheck(bucket, False, OUT_OF_TIME, bundle))
+            say(f"self-check: {OUT_OF_TIME}")
     return checks
 
 
@@ -238,10 +253,11 @@ class _ReproRuns:
                     self.plain_python = sys.executable
         return self.plain_python
 
-    def each(self, bundles: dict):
-        """(bucket, (status, last line)) as each run ends."""
+    def each(self, bundles: dict, deadline: float | None = None):
+        """(bucket, (status, last line)) as each run ends; TimeoutError at `deadline`."""
         futures = {self.pool.submit(self._run, folder): bucket for bucket, folder in bundles.items()}
-        for future in concurrent.futures.as_completed(futures):
+        wait_s = None if deadline is None else max(0.0, deadline - time.time())
+        for future in concurrent.futures.as_completed(futures, timeout=wait_s):
             yield futures[future], future.result()
 
     def _run(self, folder: str) -> tuple:
