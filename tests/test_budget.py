@@ -187,7 +187,8 @@ def test_what_the_closing_deadlines_do_not_reach_stays_as_found_and_says_why(tmp
     from tests.conftest import make_case
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.run.runner import CaseRunner
-    from torchsim_diff.triage.refine import NOT_REACHED, refine_verdicts
+    from torchsim_diff.results.record import NOT_REACHED
+    from torchsim_diff.triage.refine import refine_verdicts
     from torchsim_diff.triage.self_check import OUT_OF_TIME, self_check_buckets
     case = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
     with Checker(out_dir=str(tmp_path)) as checker:
@@ -200,3 +201,49 @@ def test_what_the_closing_deadlines_do_not_reach_stays_as_found_and_says_why(tmp
     assert json.loads((tmp_path / "refined.jsonl").read_text())["reduce_error"] == NOT_REACHED
     assert {b: (c.confirmed, c.reason) for b, c in checks.items()} == {record.bucket: (False, OUT_OF_TIME)}
     assert not (tmp_path / "bundles").exists()
+
+
+def test_a_reduction_cut_by_its_items_time_is_dropped_whole_and_done_later(tmp_path, double_routes):
+    """A reduction that cannot finish by stop_at (a fuzz item's time) keeps nothing half done:
+    the record says DEFERRED; without a stop, the same failure is reduced and that is cleared."""
+    import time
+    from tests.conftest import make_case
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.results.record import DEFERRED
+    from torchsim_diff.triage.refine import ReduceThenBucket
+    case = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    with Checker(out_dir=str(tmp_path)) as checker:
+        failure = checker.check(case, "double-wrong-element")
+        refiner = ReduceThenBucket(checker)
+        assert refiner.refine(failure, stop_at=time.time() + 1) == {"reduce_error": DEFERRED}
+        assert failure.refined is None
+        fields = refiner.refine(failure, stop_at=time.time() + 600)
+    assert fields["reduce_error"] is None and failure.refined
+    assert len(fields["reduced_case"]["inputs"][0]["shape"]) == 0          # reduced: one element
+
+
+def test_a_reductions_time_never_runs_past_its_hard_limit():
+    from tests.conftest import make_case
+    from torchsim_diff.triage.reduce import TimeBudget
+    case = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    now = [100.0]
+    budget = TimeBudget.for_case(case, 60.0, clock=lambda: now[0], within_s=4.0)
+    assert budget.deadline == budget.ceiling == 104.0
+    now[0] = 103.0
+    budget.progress()                            # an accepted step grants no time past the limit
+    assert budget.deadline == 104.0 and not budget.late
+    assert budget.run_limit(120.0) == 1.0                 # a candidate run may not hold it past the limit
+    now[0] = 104.5
+    assert budget.late
+    unbudgeted = TimeBudget.for_case(case, None, clock=lambda: 100.0, within_s=4.0)
+    assert unbudgeted.deadline == 104.0
+
+
+
+def test_the_closing_reductions_share_the_time_so_that_some_finish(monkeypatch):
+    from torchsim_diff.triage import refine
+    monkeypatch.setattr(refine.time, "time", lambda: 1000.0)
+    assert refine._part_of_time_left(1021.0, reductions_left=7) == 10.5     # half the time left, not 3 s each
+    assert refine._part_of_time_left(1120.0, reductions_left=4) == 30.0     # the even part, where it is more
+    assert refine._part_of_time_left(1100.0, reductions_left=20) == 15.0    # at most GOOD_REDUCE_S above it
+    assert refine._part_of_time_left(999.0, reductions_left=1) == 0.0

@@ -38,6 +38,15 @@ def test_board_counts_cases_failures_and_marks_new_and_known_buckets():
     assert "1 failing in 1 bucket (1 known)" in mlir
 
 
+def test_a_failure_left_to_reduce_after_the_drawing_is_counted_in_no_bucket():
+    from torchsim_diff.results.record import DEFERRED
+    board = Board(start=0.0, end=600.0)
+    board.add(Record(route="mlir", status="fail", bucket="raw", reduce_error=DEFERRED), now=10.0)
+    board.add(_rec("mlir", "fail", "b1"), now=11.0)
+    line, = board.lines(now=100.0)
+    assert line.endswith("2 failing in 1 bucket (1 NEW, 1 to reduce after the drawing), 8m20s left")
+
+
 def test_a_routes_rate_runs_from_its_first_case_not_from_the_session_start():
     board = _board_of_two_routes()
     inductor, mlir = board.routes["inductor"], board.routes["mlir"]

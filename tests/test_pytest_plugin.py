@@ -63,6 +63,55 @@ def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(su
     assert unreduced not in result.stdout.str()
     kept, = (report / "failures").iterdir()
     assert unreduced in kept.read_text()
+    # every table tells the bucket alike: the terminal's NEW list, the report's NEW and Buckets
+    # tables, and the bucket's page
+    bucket, title = next(line.split(None, 1) for line in result.stdout.lines if "returns wrong values" in line)
+    page = (report / "report.html").read_text()
+    new_row, = _html_table(page, "NEW buckets")
+    bucket_row = next(row for row in _html_table(page, "Buckets") if row["bucket"] == bucket)
+    facts = dict(_html_rows((report / "buckets" / f"{bucket}.html").read_text())[0:8])
+    assert (new_row["bucket"], new_row["title"], new_row["reduced"]) == (bucket, title, "0 nodes, 1 input, 1 element")
+    assert new_row["bundle"].endswith(f"bundles/{bucket}/")
+    assert (bucket_row["status"], bucket_row["kind"], bucket_row["smallest (nodes)"]) == ("NEW", "wrong_values", "0")
+    assert bucket_row["first seen"][:2] == "20" and bucket_row["first case"] != bucket_row["first seen"]
+    assert (facts["status"], facts["kind"]) == ("NEW", "wrong_values")
+
+
+def _html_table(page: str, title: str) -> list:
+    """The rows (header -> cell text, a link's href for a linked bundle) of the table after <h3>title</h3>."""
+    table = page.split(f"<h3>{title}</h3>", 1)[1].split("</table>", 1)[0]
+    header, *rows = _html_rows(table)
+    return [dict(zip(header, row)) for row in rows]
+
+
+def _html_rows(text: str) -> list:
+    """The cells of each <tr> of `text`, as their text (an <a>'s href where the text is a link to a folder)."""
+    from html.parser import HTMLParser
+
+    class Rows(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.rows, self.href = [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "tr":
+                self.rows.append([])
+            elif tag in ("td", "th") and self.rows:
+                self.rows[-1].append("")
+            elif tag == "a":
+                self.href = dict(attrs).get("href")
+
+        def handle_data(self, data):
+            if self.rows and self.rows[-1]:
+                self.rows[-1][-1] += self.href if self.href and self.href.endswith("/") else data
+
+        def handle_endtag(self, tag):
+            if tag == "a":
+                self.href = None
+
+    parser = Rows()
+    parser.feed(text)
+    return parser.rows
 
 
 def test_a_bucket_whose_bundle_does_not_reproduce_is_listed_apart_never_new(suite):
@@ -90,6 +139,33 @@ def test_a_budget_ends_items_as_passed_and_progress_lines_are_printed(suite):
     assert spent["double-slow-start"] > 2 * spent["eager"], spent           # its weight: three times eager's time
     result.stdout.fnmatch_lines(["*budget=30s*", f"progress: double-slow-start*{cases['double-slow-start']} cases*left",
                                  "Drawing time per route*", f"eager *{cases['eager']} *"])
+
+
+# Every item's time is too short to reduce its failure: each is reduced after the drawing.
+OUT_OF_ITEM_TIME = '''
+from torchsim_diff.triage import refine
+_refine = refine.ReduceThenBucket.refine
+
+def _out_of_item_time(self, verdict, *, stop_at=None):
+    if stop_at is not None and verdict.failed:
+        return dict(reduce_error=refine.DEFERRED)
+    return _refine(self, verdict)
+
+refine.ReduceThenBucket.refine = _out_of_item_time
+'''
+
+
+def test_a_failure_the_item_had_no_time_to_reduce_ends_it_and_is_reduced_after_the_drawing(suite):
+    suite.makeconftest(OUT_OF_ITEM_TIME)
+    report = suite.path / "run"
+    result = suite.runpytest_subprocess("--routes", "eager,double-wrong-element", "--fuzz-budget", "30s",
+                                        "--hypothesis-profile=ci", "--report-dir", str(report), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)                 # the failing item ended at its failure, unreduced
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    failed = [r for r in _records(report) if r.failed]
+    assert len(failed) == 1, failed                  # its first failure ended it
+    result.stdout.fnmatch_lines(["NEW buckets (1):", "*pytorch (double-wrong-element): * returns wrong values",
+                                 "*reduced to 0 nodes*"])
 
 
 def test_a_budget_turns_hypothesis_shrinking_off_and_a_bad_weight_is_one_line(suite):

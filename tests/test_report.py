@@ -59,7 +59,46 @@ def test_bucket_table_tells_a_reduced_failure_by_its_minimal_case():
         op="hardtanh", n_nodes=7, first_op="mul", known=True,
         reduced_case={"nodes": [{"id": "v0", "op": "mul", "args": ["x0", "x1"], "attrs": {}}]})
     (row,) = tables.bucket_rows([found])
-    assert (row["op"], row["smallest (nodes)"], row["known"]) == ("mul", 1, "known")
+    assert (row["op"], row["smallest (nodes)"], row["status"]) == ("mul", 1, "known")
+
+
+def test_every_bucket_says_where_it_stands_and_when_the_history_first_saw_it():
+    import types
+    from torchsim_diff.results.record import NOT_REACHED
+    from torchsim_diff.report.standing import Standing
+    records = [_record("inductor", "fail", ["relu"], kind="wrong_values", bucket=bucket, case_id=f"case-{bucket}")
+               for bucket in ("k1", "k2", "n1", "u1", "s1", "r1")]
+    records = [r.with_fields(known=r.bucket in ("k1", "k2"), reduce_error=NOT_REACHED if r.bucket == "r1" else None)
+               for r in records]
+    cause = types.SimpleNamespace(name="relu-memory-order", status="reported", fixed_in="",
+                                  upstream="https://github.com/pytorch/pytorch/issues/1")
+    hostile = types.SimpleNamespace(name="k2-cause", status="fixed", fixed_in="2.12", upstream="javascript:alert(1)")
+    standing = Standing(new={"n1"}, unconfirmed={"u1": "flaky: 2 of 2 replays did not fail"},
+                        causes={"k1": cause, "k2": hostile}, first_seen={"n1": "2026-12-06 18:00:00",
+                                                                         "s1": "2026-12-01 09:30:00"})
+    rows = {row["bucket"]: row for row in tables.bucket_rows(records, standing=standing)}
+    assert {b: row["status"] for b, row in rows.items()} == {
+        "k1": "known: relu-memory-order (reported)", "k2": "known: k2-cause (fixed in 2.12)", "n1": "NEW",
+        "u1": "unconfirmed: flaky: 2 of 2 replays did not fail", "s1": "seen before", "r1": "not reduced"}
+    assert (rows["s1"]["first seen"], rows["s1"]["first case"]) == ("2026-12-01 09:30:00", "case-s1")
+    assert rows["k1"]["first seen"] == "-"                     # known bugs are kept in the ledger, not the history
+    page = html_report.html_page(records, standing=standing)
+    assert '<a href="https://github.com/pytorch/pytorch/issues/1">known: relu-memory-order (reported)</a>' in page
+    assert "javascript:" not in page                           # a ledger's text is never a link of another scheme
+
+
+def test_a_known_bucket_is_named_by_its_cause_in_the_ledger():
+    import os
+    from torchsim_diff.report.standing import Standing, cause_status
+    from torchsim_diff.triage.causes import read_causes
+    from torchsim_diff.triage.signatures import bucket_of
+    from tests.conftest import REPO
+    known = os.path.join(REPO, "corpora", "known")
+    causes, _ = read_causes(known)
+    standing = Standing.of_run(known_folder=known)
+    for cause in causes[:: max(1, len(causes) // 8)]:
+        entry = next(e for e in cause.entries if e.cause)
+        assert standing.status(bucket_of(entry.cause), known=True) == f"known: {cause.name} ({cause_status(cause)})"
 
 
 def _refined(bucket, op, trigger, case_id, kind="wrong_values"):

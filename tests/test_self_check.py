@@ -39,7 +39,7 @@ def test_a_bug_its_repro_does_not_reproduce_is_unconfirmed_never_new(tmp_path, d
     kept = json.loads((tmp_path / "run" / "self_check.json").read_text())
     assert [(c["confirmed"], c["reason"].split(":")[0]) for c in kept.values()] == [(False, "its repro.py exits 0, not 1")]
     rows = [line.split() for line in printed.splitlines() if failing[0].bucket in line]
-    assert any("unconfirmed" in row for row in rows) and not any("NEW" in row for row in rows)
+    assert any("unconfirmed:" in row for row in rows) and not any("NEW" in row for row in rows)
 
 
 def test_a_failure_that_does_not_fail_again_is_a_flake_and_the_campaign_goes_on(tmp_path, double_routes, capsys):
@@ -98,7 +98,7 @@ def test_an_error_in_triage_stays_on_its_own_case(tmp_path, double_routes):
     from torchsim_diff.run.runner import CaseRunner
 
     class BrokenReducer:
-        def refine(self, verdict):
+        def refine(self, verdict, stop_at=None):
             raise RuntimeError("reducer bug")
 
     case = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])

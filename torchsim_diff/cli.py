@@ -134,11 +134,9 @@ def cmd_fuzz(args) -> int:
     except InvalidArgument as exc:
         raise UsageError(str(exc)) from None
     print(render(summary_rows(result.records), "plain", "Summary"))
+    standing = _standing_of(result, opts)
     if result.findings or result.unconfirmed:
-        rows = bucket_rows(result.records, result.bundles)
-        for row in rows:
-            row["new"] = "NEW" if row["bucket"] in result.new_buckets else \
-                "unconfirmed" if row["bucket"] in result.unconfirmed else ""
+        rows = bucket_rows(result.records, result.bundles, standing)
         print()
         print(render(rows, "plain", "Buckets"))
         if opts.bucket_store:
@@ -149,7 +147,7 @@ def cmd_fuzz(args) -> int:
     _print_killed(result.records)
     print(f"\n{_counts(result)}, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (f" (interrupted by {signal.Signals(result.signal).name})" if result.interrupted else ""))
-    print(f"HTML report: {_write_html_report(opts.out_dir, result)}")
+    print(f"HTML report: {_write_html_report(opts.out_dir, result, standing)}")
     for route, reason in result.abandoned.items():
         print(f"route {route} could not be tested to the end: {reason}")
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
@@ -157,12 +155,21 @@ def cmd_fuzz(args) -> int:
     return _fuzz_status(result)
 
 
-def _write_html_report(out_dir: str, result) -> str:
+def _standing_of(result, opts):
+    """Each bucket's status (report.standing): the run's NEW and unconfirmed buckets, the
+    ledger's causes, the bucket history's first sightings."""
+    from torchsim_diff.report.standing import Standing
+    from torchsim_diff.triage.bucket_history import BucketStore
+    history = BucketStore(opts.bucket_store).buckets if opts.bucket_store else {}
+    return Standing.of_run(result.new_buckets, result.unconfirmed, known_folder=opts.known_bugs, history=history)
+
+
+def _write_html_report(out_dir: str, result, standing=None) -> str:
     """The run's report folder (report.html, a page per bucket), as a pytest campaign writes it."""
     from torchsim_diff.report.html_report import write_report
     from torchsim_diff.report.tables import new_bucket_rows
     new_rows = new_bucket_rows(result.records, result.new_buckets, result.bundles)
-    return write_report(out_dir, result.records, new_rows=new_rows, bundles=result.bundles)
+    return write_report(out_dir, result.records, new_rows=new_rows, bundles=result.bundles, standing=standing)
 
 
 def _max_examples(args) -> int:
@@ -611,6 +618,7 @@ def cmd_causes(args) -> int:
     """List the known bugs by root cause: project, status, cases, upstream; the ledger's TOGSim
     defects (timing.known_defects) too, each one cause with its minimal TOG as its case."""
     from torchsim_diff.report import tables
+    from torchsim_diff.report.standing import cause_status
     from torchsim_diff.timing.known_defects import BadDefect, known_defects
     from torchsim_diff.triage.causes import read_causes
     causes, problems = read_causes(args.known_bugs)
@@ -622,7 +630,7 @@ def cmd_causes(args) -> int:
         _warn(line)
     if not causes and not defects:
         raise UsageError(f"no root causes under {args.known_bugs}")
-    rows = [{"cause": c.name, "project": c.project, "status": c.status + (f" in {c.fixed_in}" if c.fixed_in else ""),
+    rows = [{"cause": c.name, "project": c.project, "status": cause_status(c),
              "cases": len(c.entries), "routes": ",".join(c.routes), "upstream": c.upstream or "-",
              "title": c.title} for c in causes]
     rows += [{"cause": d.name, "project": d.project, "status": d.status, "cases": 1, "routes": "togsim",

@@ -25,7 +25,7 @@ import time
 
 from tqdm import tqdm
 
-from torchsim_diff.results.record import PROGRESS_REQUIRED, Record
+from torchsim_diff.results.record import DEFERRED, PROGRESS_REQUIRED, Record
 
 MODES = ("auto", "bar", "lines", "off")
 PLAIN_EVERY_S = 10.0
@@ -51,6 +51,7 @@ class RouteCounts:
     buckets: set = dataclasses.field(default_factory=set)
     new: set = dataclasses.field(default_factory=set)
     known: set = dataclasses.field(default_factory=set)
+    unreduced: int = 0                    # failures left to reduce after the drawing: no bucket yet
     first_start: float | None = None      # when its first case started (wall clock)
     last_seen: float | None = None        # when its latest record was read
 
@@ -65,9 +66,11 @@ class RouteCounts:
         return "    -/s" if rate is None else f"{rate:5.2f}/s"
 
     def failing_text(self) -> str:
-        marks = ", ".join(f"{len(s)} {label}" for s, label in ((self.new, "NEW"), (self.known, "known")) if s)
+        marks = [f"{len(s)} {label}" for s, label in ((self.new, "NEW"), (self.known, "known")) if s]
+        if self.unreduced:
+            marks.append(f"{self.unreduced} to reduce after the drawing")
         n = len(self.buckets)
-        return f"{self.failing} failing in {n} bucket{'s' * (n != 1)}" + (f" ({marks})" if marks else "")
+        return f"{self.failing} failing in {n} bucket{'s' * (n != 1)}" + (f" ({', '.join(marks)})" if marks else "")
 
 
 class Board:
@@ -95,6 +98,9 @@ class Board:
         if not record.failed or not bucket:
             return
         counts.failing += 1
+        if record.reduce_error == DEFERRED:
+            counts.unreduced += 1              # its raw bucket says nothing of the cause yet
+            return
         counts.buckets.add(bucket)
         if bucket in self.known or record.known:
             counts.known.add(bucket)

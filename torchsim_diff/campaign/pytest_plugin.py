@@ -54,6 +54,7 @@ from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, interl
 from torchsim_diff.campaign.route_shares import RouteShares, parse_weights
 from torchsim_diff.campaign.interrupts import sigterm_as_interrupt
 from torchsim_diff.campaign.progress import MODES, Board, Progress, ProgressThread, choose_mode, make_display
+from torchsim_diff.results.record import DEFERRED
 from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
 from torchsim_diff.triage.known_ledger import default_ledger
 from torchsim_diff.triage.signatures import Finding
@@ -254,12 +255,15 @@ class FuzzSession:
             self._runnable = None
         self.progress_mode = _progress_mode(config) if worker_input is None else "off"
         self.workers = worker_input.get("workercount", 1) if worker_input else 1
-        self.known = _load_known(opt("--known-bugs") or default_ledger(str(config.rootpath)))
+        self.known_folder = opt("--known-bugs") or default_ledger(str(config.rootpath))
+        self.known = _load_known(self.known_folder)
         self._checker = None
         self._runner = None
         self._writer = None
         self._availability: dict = {}
         self._verdicts: dict = {}
+        self._deferred: set = set()               # (case id, route) of failures left to reduce at the end
+        self._found_new = False
         self._route_items: dict = {}             # route -> its fuzz items, as collected
         self._shares: RouteShares | None = None
         self._clock: ItemClock | None = None
@@ -324,6 +328,8 @@ class FuzzSession:
             if self._clock is not None:
                 self._clock.admit()
             verdict = self._verdicts[key] = self._run(case, route)
+        if key in self._deferred:
+            raise BudgetSpent       # the item's time ran out in reducing the failure: it is reduced at the end
         if not self.is_known(verdict) and verdict.failed and self._raises_here(verdict):
             verdict.raise_if_failed()
         return verdict
@@ -337,10 +343,14 @@ class FuzzSession:
         return self._claims.held_by(verdict.bucket, self._item)
 
     def _run(self, case, route: str):
-        """One route run through the case runner (run.runner); its record is written.
-        Failures are reduced at session end, in each process (_reduce_then_bucket)."""
+        """One route run through the case runner (run.runner); its record is written. The
+        runner reduces a failure to tell a known bug; under a budget only within the item's
+        time: one it cannot reduce by then is reduced at session end (_reduce_then_bucket)."""
         verdict = self.runner.verdict(case, route)
-        self.writer.write(self.runner.record(verdict))
+        record = self.runner.record(verdict, reduce_by=self._clock.draw_until if self._clock else None)
+        self.writer.write(record)
+        if record.reduce_error == DEFERRED:
+            self._deferred.add((case.case_id, route))
         return verdict
 
     def runnable_routes(self) -> list:
@@ -484,7 +494,11 @@ class FuzzSession:
         self._progress = ProgressThread(progress)
         self.config.pluginmanager.register(_ProgressHooks(self._progress, reporter), "torchsim-diff-progress")
 
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session, exitstatus):
+        """Failures reduced before the summary (pytest's terminal summary runs within this
+        hook); after it, a run whose NEW buckets all came from items that passed (their
+        failure was reduced after the drawing, under a budget) still exits as failed."""
         self._interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         if self._checker is not None:
             if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -494,6 +508,10 @@ class FuzzSession:
             self._checker.close()
         if self._writer is not None:
             self._writer.close()
+        result = yield
+        if self._found_new and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return result
 
     def pytest_unconfigure(self, config):
         self._sigterm.close()
@@ -516,8 +534,12 @@ class FuzzSession:
         for line in self._share_lines(records):
             terminalreporter.write_line(line)
         settled = self._settle_new_buckets(records)
+        self._found_new = bool(settled.new)
+        from torchsim_diff.report.standing import Standing
+        standing = Standing.of_run(settled.new, settled.unconfirmed, known_folder=self.known_folder,
+                                   history=self._history_rows())
         for line in tables.end_report(records, settled.new, settled.bundles, self.report_dir, self.unavailable(),
-                                      settled.unconfirmed):
+                                      settled.unconfirmed, standing):
             terminalreporter.write_line(line)
 
     def _share_lines(self, records) -> list:
@@ -550,11 +572,15 @@ class FuzzSession:
 
     def _history_buckets(self) -> set:
         """Buckets of earlier runs, for marking NEW ones in the progress lines."""
+        return set(self._history_rows())
+
+    def _history_rows(self) -> dict:
+        """bucket -> its row in the bucket history (BucketStore.buckets)."""
         from torchsim_diff.triage.bucket_history import BucketStore
         try:
-            return set(BucketStore(self._history_path()).buckets)
-        except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks only
-            return set()
+            return BucketStore(self._history_path()).buckets
+        except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks and times only
+            return {}
 
     def _settle_new_buckets(self, records):
         """The bucket history updated with this run's failures (known bugs are not new), and

@@ -40,13 +40,15 @@ FIGURE_NAMES = {"max_abs_err": "max abs error", "max_rel_err": "max rel error", 
 
 # -- the folder --------------------------------------------------------------------------------
 def write_report(run_dir: str, records, *, new_rows: list | None = None, bundles: dict | None = None,
-                 title: str = "torchsim-diff report") -> str:
+                 title: str = "torchsim-diff report", standing=None) -> str:
     """Write RUN/report.html and a page per bucket under RUN/buckets/; returns report.html's
     path. new_rows: tables.new_bucket_rows (the NEW buckets, first on the page); bundles:
-    bucket -> bundle folder (absolute, or relative to the working directory)."""
+    bucket -> bundle folder (absolute, or relative to the working directory); standing:
+    report.standing.Standing, each bucket's status (default: NEW for new_rows' buckets)."""
+    from torchsim_diff.report.standing import Standing
     from torchsim_diff.triage.bucket_history import smallest_per_bucket
     bundles = bundles or {}
-    new = {row["bucket"] for row in new_rows or []}
+    standing = standing or Standing(new={row["bucket"] for row in new_rows or []})
     pages_dir = os.path.join(run_dir, PAGES_DIR)
     os.makedirs(pages_dir, exist_ok=True)
     pages = {}
@@ -54,12 +56,16 @@ def write_report(run_dir: str, records, *, new_rows: list | None = None, bundles
     for bucket, record in smallest_per_bucket(records).items():
         pages[bucket] = f"{PAGES_DIR}/{quote(page_name(bucket))}"
         _write(os.path.join(pages_dir, page_name(bucket)),
-               bucket_page(record, bundle=bundles.get(bucket), page_dir=pages_dir, new=bucket in new,
-                           count=counts[bucket]))
+               bucket_page(record, bundle=bundles.get(bucket), page_dir=pages_dir, count=counts[bucket],
+                           status=_status_of(record, standing)))
     report = os.path.join(run_dir, REPORT_FILE)
     _write(report, html_page(records, title, new_rows=new_rows, pages=pages, page_dir=run_dir,
-                             timings=_timings(run_dir)))
+                             timings=_timings(run_dir), standing=standing))
     return report
+
+
+def _status_of(record, standing) -> str:
+    return "not reduced" if record.unreduced else standing.status(record.bucket, record.known)
 
 
 def _timings(run_dir: str) -> list:
@@ -121,11 +127,12 @@ def _cell(value) -> str:
 
 # -- report.html -------------------------------------------------------------------------------
 def html_page(records, title: str = "torchsim-diff report", new_rows: list | None = None,
-              pages: dict | None = None, page_dir: str = ".", timings: list | None = None) -> str:
+              pages: dict | None = None, page_dir: str = ".", timings: list | None = None, standing=None) -> str:
     """The report page: NEW buckets, heatmaps, summary, error histograms, the other tables.
     pages: bucket -> its page's href (none: buckets are not linked, as when the page is
     printed alone); page_dir: the folder the page is written to (bundle links start there);
-    timings: TOGSim's per-kernel rows, shown after the error tolerances."""
+    timings: TOGSim's per-kernel rows, shown after the error tolerances; standing: the
+    buckets' status (report.standing), a known one's linked to its cause's upstream thread."""
     pages = pages or {}
     page_of = lambda row: pages.get(row["bucket"])          # noqa: E731
     sections = [f"<h1>{html.escape(title)}</h1>"]
@@ -143,7 +150,9 @@ def html_page(records, title: str = "torchsim-diff report", new_rows: list | Non
     sections.append(tables.render(tables.tolerance_rows(records), "html", "Error tolerance"))
     if timings:
         sections.append(tables.render(tables.timing_rows(timings), "html", "Timing on TOGSim, per kernel"))
-    sections.append(_table(tables.bucket_rows(records), "Buckets", {"bucket": page_of}))
+    upstream = (lambda row: standing.upstream(row["bucket"])) if standing else (lambda row: None)   # noqa: E731
+    sections.append(_table(tables.bucket_rows(records, standing=standing), "Buckets",
+                           {"bucket": page_of, "status": upstream}))
     sections.append(tables.render(tables.coverage_rows(records), "html", "Coverage"))
     return _document(title, sections)
 
@@ -334,12 +343,12 @@ def _legend(x, y, label, text, scale) -> str:
 
 
 # -- a bucket's page -------------------------------------------------------------------------------
-def bucket_page(record, *, bundle: str | None, page_dir: str, new: bool = False, count: int = 1) -> str:
+def bucket_page(record, *, bundle: str | None, page_dir: str, count: int = 1, status: str = "-") -> str:
     """The page of `record`'s bucket (record: its smallest failing case): title, where it
     failed, the reduced case as a graph, the first divergent op, error figures, message and
     links to the bundle (bundle: its folder, or None)."""
     heading = tables.issue_title(record, bundle)
-    facts = {"bucket": record.bucket, "status": "NEW" if new else "seen before or known", "kind": record.kind,
+    facts = {"bucket": record.bucket, "status": status, "kind": record.kind,
              "route": record.route, "failing output's op (case as found)": record.op, "stage": record.stage,
              "failing cases in this run": count, "smallest case": record.case_id}
     body = [f'<p><a href="../{REPORT_FILE}">back to the report</a></p>', f"<h1>{html.escape(heading)}</h1>",

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import re
 from collections import Counter, defaultdict
 
 from tabulate import tabulate
@@ -143,23 +144,33 @@ def tolerance_rows(records) -> list:
     return rows
 
 
-def bucket_rows(records, reproducers: dict | None = None) -> list:
-    """One row per bucket: where, what, how often, whether known, and its smallest case; distinct
-    bugs first (signatures.rank_buckets: the most frequent, then each the farthest from those
-    above). A reduced failure is told by its minimal case, as its page and bundle tell it: the op
-    is its first divergent op, the size its node count."""
+def bucket_rows(records, reproducers: dict | None = None, standing=None) -> list:
+    """One row per bucket: where, what, how often, where it stands (report.standing: known with
+    its cause, NEW, unconfirmed, seen before; "not reduced" for failures a budget left
+    unreduced), when the bucket history first saw it, and its smallest case; distinct bugs
+    first (signatures.rank_buckets: the most frequent, then each the farthest from those
+    above). A reduced failure is told by its minimal case, as its page and bundle tell it: the
+    op is its first divergent op, the size its node count."""
+    from torchsim_diff.report.standing import Standing
+    standing = standing or Standing()
     buckets: dict = {}
+    known, reduced = set(), set()
     for r in records:
         if not r.bucket:
             continue
         row = buckets.setdefault(r.bucket, {
             "bucket": r.bucket, "route": r.route, "kind": r.kind, "op": r.first_op or r.op, "count": 0,
-            "known": "", "first seen": r.case_id, "smallest (nodes)": _nodes(r),
-            "message": r.first_message_line[:80],
+            "status": "", "first seen": standing.first_seen.get(r.bucket, "-"), "first case": r.case_id,
+            "smallest (nodes)": _nodes(r), "message": r.first_message_line[:80],
             "reproducer": (reproducers or {}).get(r.bucket)})
         row["count"] += 1
-        row["known"] = "known" if r.known or row["known"] else ""
         row["smallest (nodes)"] = min(row["smallest (nodes)"], _nodes(r))
+        if r.known:
+            known.add(r.bucket)
+        if not r.unreduced:
+            reduced.add(r.bucket)
+    for bucket, row in buckets.items():
+        row["status"] = standing.status(bucket, bucket in known) if bucket in reduced else "not reduced"
     order = {b: k for k, b in enumerate(signatures.ranked_buckets(records))}
     return sorted(buckets.values(), key=lambda row: order[row["bucket"]])
 
@@ -352,6 +363,29 @@ def unconfirmed_lines(unconfirmed: dict) -> list:
     return lines + [f"  {bucket}  {reason}" for bucket, reason in sorted(unconfirmed.items())]
 
 
+UNREDUCED_DIR = "unreduced"          # in the run folder: the cases of failures left unreduced
+
+
+def unreduced_lines(records, run_dir: str) -> list:
+    """The failures the budget left unreduced (Record.unreduced), listed apart from the
+    buckets (their raw bucket says nothing of the cause), each case written to
+    RUN/unreduced/ with the command that reduces it."""
+    unreduced = [r for r in records if r.unreduced and r.case]
+    if not unreduced:
+        return []
+    folder = os.path.join(run_dir, UNREDUCED_DIR)
+    os.makedirs(folder, exist_ok=True)
+    lines = [f"Not reduced by the budget's end ({len(unreduced)}), so neither NEW nor known; "
+             f"a longer --fuzz-budget reduces them, or one at a time:"]
+    for record in unreduced:
+        path = os.path.join(folder, re.sub(r"[^\w.-]+", "_", f"{record.route}-{record.case_id}") + ".json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(record.case, handle, indent=1)
+        what = f"{record.kind} in {record.op}" if record.op else record.kind
+        lines.append(f"  {record.route}: {what}: torchsim-diff reduce {path} --route {record.route}")
+    return lines
+
+
 def issue_title(record, bundle: str | None) -> str:
     """The bundle's ISSUE.md title (its first heading: the file may open with a comment saying
     where to file it), else one made the same way from the record."""
@@ -366,11 +400,12 @@ def issue_title(record, bundle: str | None) -> str:
 
 
 def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: dict | None = None,
-               unconfirmed: dict | None = None) -> list:
+               unconfirmed: dict | None = None, standing=None) -> list:
     """The lines a run ends with: NEW buckets first, then the unconfirmed ones (their
-    self-check failed: bucket -> why), the summary, then the worst rows of the tolerance
-    table; the full report goes to RUN/report.html, with a page per bucket (report.html_report;
-    its path is the last line but one)."""
+    self-check failed: bucket -> why) and the failures left unreduced, the summary, then the
+    worst rows of the tolerance table; the full report goes to RUN/report.html, with a page per
+    bucket (report.html_report; its path is the last line but one), each bucket's status as
+    `standing` (report.standing) gives it."""
     lines = []
     new_rows = new_bucket_rows(records, new_buckets, bundles)
     if new_rows:
@@ -380,7 +415,8 @@ def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: d
     else:
         lines.append("NEW buckets: none")
     lines += unconfirmed_lines(unconfirmed or {})
-    seen = {r.bucket for r in records if r.bucket} - set(new_buckets) - set(unconfirmed or {})
+    lines += unreduced_lines(records, run_dir)
+    seen = {r.bucket for r in records if r.bucket and not r.unreduced} - set(new_buckets) - set(unconfirmed or {})
     if seen:
         lines.append(f"({len(seen)} more bucket{'s' * (len(seen) != 1)} seen before or known: see the HTML report)")
     lines += ["", *render(summary_rows(records), "plain", "Summary").splitlines(), ""]
@@ -393,6 +429,6 @@ def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: d
     for route, reason in (unavailable or {}).items():
         lines.append(f"route {route} was not fuzzed: {reason}")
     from torchsim_diff.report.html_report import write_report
-    page = write_report(run_dir, records, new_rows=new_rows, bundles=bundles)
+    page = write_report(run_dir, records, new_rows=new_rows, bundles=bundles, standing=standing)
     lines += [f"HTML report: {page}", f"records: {run_dir}"]
     return lines

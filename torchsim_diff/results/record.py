@@ -44,6 +44,10 @@ PROGRESS_REQUIRED = ("route",)
 ARTIFACT_FIELDS = ("artifacts", "reduced_artifacts")
 # The stage of a skipped record whose route was abandoned during the run (worker.client's crash cap).
 ABANDONED = "abandoned"
+# reduce_error of a failure a campaign's budget left unreduced (triage.refine): its bucket is its
+# raw one, which says nothing of the cause, so it is neither NEW nor known
+DEFERRED = "not reduced in its fuzz item: the item's time ran out first (reduced after the drawing)"
+NOT_REACHED = "not reduced: the run's budget for reductions ran out first"
 # The error figures of a case (and of each op in `op_errors`).
 FIGURE_FIELDS = ("max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "atol_needed", "rtol_needed")
 
@@ -186,8 +190,13 @@ class Record:
 
     @property
     def is_new_failure(self) -> bool:
-        """A failure that goes to the bucket history (known bugs do not)."""
-        return self.failed and not self.known
+        """A failure that goes to the bucket history (known bugs do not, nor unreduced ones)."""
+        return self.failed and not self.known and not self.unreduced
+
+    @property
+    def unreduced(self) -> bool:
+        """A failure the campaign's budget left unreduced (DEFERRED, NOT_REACHED)."""
+        return self.failed and self.reduce_error in (DEFERRED, NOT_REACHED)
 
     @property
     def is_known_failure(self) -> bool:

@@ -83,11 +83,12 @@ class CaseRunner:
         self.timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
         return verdict
 
-    def record(self, verdict) -> Record:
+    def record(self, verdict, *, reduce_by: float | None = None) -> Record:
         """The verdict's record: known bug marked, new failure reduced then bucketed, per-op
-        figures (measured under the route's steady time limit)."""
+        figures (measured under the route's steady time limit). reduce_by (time.time()): a
+        reduction not done by then is left for later (results.record.DEFERRED)."""
         with self.checker.triage_runs():       # re-runs of this case are no fresh cases
-            triaged = self._triage(verdict)    # first: reducing may move the verdict to another bucket
+            triaged = self._triage(verdict, reduce_by)   # first: reducing may move the verdict to another bucket
             record = verdict.record().with_fields(**triaged).known_by_minimal_case(self.known)
             steady = self._capped(self.timeouts.steady(verdict.route))
             return record.with_fields(op_errors=self.op_figures.for_verdict(self.checker, verdict, steady))
@@ -99,15 +100,15 @@ class CaseRunner:
         return bool(verdict.failed and verdict.refined and verdict.bucket in self.known)
 
     # -- the parts ---------------------------------------------------------------------------
-    def _triage(self, verdict) -> dict:
+    def _triage(self, verdict, reduce_by: float | None = None) -> dict:
         """_triaged, with an error in triaging kept on this case's record (reduce_error): the
         failure stays recorded as found, and the error never surfaces in another case."""
         try:
-            return self._triaged(verdict)
+            return self._triaged(verdict, reduce_by)
         except Exception as exc:  # noqa: BLE001 - whatever triage raised, the case's record says it
             return dict(reduce_error=f"triage failed: {type(exc).__name__}: {exc}")
 
-    def _triaged(self, verdict) -> dict:
+    def _triaged(self, verdict, reduce_by: float | None = None) -> dict:
         """Extra record fields (name -> value): every failure is reduced, then bucketed from its
         minimal case, and is a known bug only when that cause signature is a known entry's
         (Record.known_by_minimal_case). Without a reducer, failures are still reduced when
@@ -116,7 +117,7 @@ class CaseRunner:
         if reducer is None and self.known:
             from torchsim_diff.triage.refine import ReduceThenBucket
             reducer = ReduceThenBucket.of_checker(self.checker)
-        return reducer.refine(verdict) if reducer else {}
+        return reducer.refine(verdict, stop_at=reduce_by) if reducer else {}
 
     def _batch(self, cases: list, route: str) -> list:
         from torchsim_diff.run.batch import check_batch

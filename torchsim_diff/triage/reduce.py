@@ -111,18 +111,19 @@ class ReduceResult:
 
 def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                 max_runs: int = 2000, progress=None, checkers: list | None = None, key=None,
-                budget_s: float | None = None) -> ReduceResult:
+                budget_s: float | None = None, within_s: float | None = None) -> ReduceResult:
     """Shrink `case` while it keeps failing on `route` in its original bucket.
 
     jobs: parallel Checkers (default: the number of cores). max_runs: route runs allowed
     before stopping with the smallest case so far. progress: called with one line per
-    accepted step. budget_s: the base of the time budget (module docstring). checkers, key:
+    accepted step. budget_s: the base of the time budget (module docstring); within_s: a hard
+    limit on top of it (a campaign item's time left). checkers, key:
     see _Evaluator (reduce, then bucket passes the campaign's warm Checker and
     signatures.reduction_key).
     """
     jobs = _check_options(jobs, max_runs)
     started = time.perf_counter()
-    budget = TimeBudget.for_case(case, budget_s)
+    budget = TimeBudget.for_case(case, budget_s, within_s=within_s)
     with _Evaluator(route, out_dir=out_dir, jobs=jobs, timeout_s=timeout_s, max_runs=max_runs,
                     checkers=checkers, key=key, budget=budget) as evaluator:
         bucket = evaluator.bucket_of_original(case)
@@ -146,6 +147,7 @@ def _check_options(jobs, max_runs) -> int:
 SIZE_PER_BASE = 5        # nodes + inputs the base budget covers
 PROGRESS_GRANT = 0.5     # share of the base an accepted step guarantees from then on
 CEILING_FACTOR = 5       # the hard ceiling, in bases
+MIN_RUN_S = 1.0          # a candidate's run limit near the ceiling: below it no run could finish
 
 
 @dataclasses.dataclass
@@ -158,18 +160,30 @@ class TimeBudget:
     clock: object = time.perf_counter
 
     @classmethod
-    def for_case(cls, case: Case, base_s: float | None, clock=time.perf_counter) -> "TimeBudget":
-        if not base_s:
-            return cls(None, None, 0.0, clock)
-        nodes, inputs, _ = case.size()
+    def for_case(cls, case: Case, base_s: float | None, clock=time.perf_counter,
+                 within_s: float | None = None) -> "TimeBudget":
+        """The budget of base `base_s` (None: no limit) for `case`, never past `within_s` from now."""
         now = clock()
+        if not base_s:
+            hard = None if within_s is None else now + within_s
+            return cls(hard, hard, 0.0, clock)
+        nodes, inputs, _ = case.size()
         ceiling = now + base_s * CEILING_FACTOR
+        if within_s is not None:
+            ceiling = min(ceiling, now + within_s)
         start = base_s * max(1.0, (nodes + inputs) / SIZE_PER_BASE)
         return cls(min(now + start, ceiling), ceiling, base_s * PROGRESS_GRANT, clock)
 
     @property
     def late(self) -> bool:
         return self.deadline is not None and self.clock() > self.deadline
+
+    def run_limit(self, usual_s: float) -> float:
+        """A candidate's run limit: `usual_s` (its checker's), but not past the ceiling, so that
+        one hanging candidate cannot hold the search past it."""
+        if self.ceiling is None:
+            return usual_s
+        return min(usual_s, max(MIN_RUN_S, self.ceiling - self.clock()))
 
     def progress(self) -> None:
         """A step was accepted: at least `grant` seconds more, within the ceiling."""
@@ -240,7 +254,7 @@ class _Evaluator:
     def _check(self, case: Case):
         checker = self.checkers.get()
         try:
-            return checker.check(case, self.route)
+            return checker.check(case, self.route, timeout_s=self.budget.run_limit(checker.timeout_s))
         finally:
             self.checkers.put(checker)
 

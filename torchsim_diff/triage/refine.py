@@ -26,7 +26,8 @@ from torchsim_diff.case import layout
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.ops import get_op
 from torchsim_diff.results.kinds import Kind
-from torchsim_diff.results.record import record_key, reduction_entry, reduction_of, refinement_key, refinement_line
+from torchsim_diff.results.record import (DEFERRED, NOT_REACHED, record_key, reduction_entry, reduction_of,
+                                          refinement_key, refinement_line)
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.triage import signatures
 from torchsim_diff.triage.reduce import (DEFAULT_BUDGET_S, ReduceError, _candidate, _is_valid, _is_written,
@@ -35,7 +36,10 @@ from torchsim_diff.triage.reduce import (DEFAULT_BUDGET_S, ReduceError, _candida
 
 HANG_BUDGET_TIMEOUTS = 2
 MIN_REDUCE_S = 3.0                # below this a reduction would end with the case it began with
-NOT_REACHED = "not reduced: the run's budget for reductions ran out first"
+
+
+class _Deferred(Exception):
+    """A reduction stopped at its `stop_at`: left whole for later, never kept half done."""
 
 
 @dataclasses.dataclass
@@ -96,8 +100,10 @@ class ReduceThenBucket:
         refiner.budget_s, refiner.cap_s = budget_s, cap_s
         return refiner
 
-    def refine(self, verdict) -> dict:
-        """The record fields (results.record.Record field -> value) of a new failure's reduction."""
+    def refine(self, verdict, *, stop_at: float | None = None) -> dict:
+        """The record fields (results.record.Record field -> value) of a new failure's reduction.
+        stop_at (time.time()): a reduction not done by then is dropped, not kept half done (a
+        half-reduced case could name another bug), and its record says DEFERRED."""
         if not verdict.failed or not verdict.kind.reducible:
             return {}
         raw = verdict.signature
@@ -105,7 +111,9 @@ class ReduceThenBucket:
         found = self.by_case.get(key) or self.by_raw.get(raw_key(verdict))
         if found is None:
             try:
-                found = self._reduce_and_classify(verdict)
+                found = self._reduce_and_classify(verdict, stop_at)
+            except _Deferred:
+                return dict(reduce_error=DEFERRED)
             except ReduceError as exc:
                 # Run again, the case no longer fails (a flaky failure, or one whose worker was
                 # killed from outside): kept as found, in its raw bucket, and the run goes on.
@@ -114,12 +122,18 @@ class ReduceThenBucket:
             self.by_case[key] = self.by_raw[raw_key(verdict)] = found
             _save_cache(self.cache_path, self.by_case)
         verdict.refined, fields = reduction_of(found)
-        return dict(fields, raw_bucket=classify_bucket(raw))
+        return dict(fields, raw_bucket=classify_bucket(raw), reduce_error=None)
 
-    def _reduce_and_classify(self, verdict) -> dict:
+    def _reduce_and_classify(self, verdict, stop_at: float | None = None) -> dict:
         started = time.perf_counter()
+        within_s = None if stop_at is None else stop_at - time.time()
+        if within_s is not None and within_s < MIN_REDUCE_S:
+            raise _Deferred
         result = reduce_case(verdict.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
-                             checkers=[self.checker], key=self.cause_key, budget_s=self._budget_for(verdict))
+                             checkers=[self.checker], key=self.cause_key, budget_s=self._budget_for(verdict),
+                             within_s=within_s)
+        if stop_at is not None and time.time() >= stop_at:
+            raise _Deferred                     # the search was cut by stop_at, not ended by itself
         minimal, runs, others = self.checker.check(result.reduced, verdict.route), result.runs + 1, result.other_failures
         if self._op_free(minimal):
             # The op that diverges first is no part of the cause (a neutral op in its place fails
@@ -607,10 +621,12 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
     """Reduce, then bucket, a pytest process's failing verdicts at session end (each xdist
     worker its own, in parallel, on its warm workers); one JSON line per verdict into
     `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements. With a
-    `deadline` (time.time(); a campaign's), each reduction gets at most its part of the time
-    left, and those the time does not reach stay as found (reduce_error says why)."""
+    `deadline` (time.time(); a campaign's), a failure unlike those before it goes first (one
+    like them takes their reduction for free), each reduction's base is its part of the time
+    left (_part_of_time_left) and none goes past the deadline: one the time does not reach or
+    cuts stays as found, never half reduced (reduce_error says why)."""
     import json
-    verdicts = list(verdicts)
+    verdicts = _distinct_first(list(verdicts)) if deadline is not None else list(verdicts)
     lines = []
     for k, verdict in enumerate(verdicts):
         share = budget_s if deadline is None else min(budget_s, _part_of_time_left(deadline, len(verdicts) - k))
@@ -618,7 +634,9 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
             fields = dict(reduce_error=NOT_REACHED) if verdict.failed and verdict.kind.reducible else {}
         else:
             fields = ReduceThenBucket.of_checker(checker, budget_s=share,
-                                                 cap_s=None if deadline is None else share).refine(verdict)
+                                                 cap_s=None if deadline is None else share).refine(verdict, stop_at=deadline)
+            if fields == dict(reduce_error=DEFERRED):      # cut by the deadline: the time ran out
+                fields = dict(reduce_error=NOT_REACHED)
         if fields:
             lines.append(json.dumps(refinement_line(verdict.case.case_id, verdict.route, verdict.bucket, fields)))
     if lines:
@@ -627,10 +645,25 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
     return len(lines)
 
 
+GOOD_REDUCE_S = 15.0              # a base most reductions finish in (known bugs' take 2-30 s on 2 cores)
+
+
 def _part_of_time_left(deadline: float, reductions_left: int) -> float:
-    """A reduction's budget: half its even part of the time left, since classifying the
-    minimal case (first divergent op, trigger) comes after it and is not budgeted."""
-    return max(0.0, deadline - time.time()) / max(1, reductions_left) / 2
+    """A reduction's base: its even part of the time left, or more where the time allows (half
+    of it, up to GOOD_REDUCE_S), so that a few reductions finish rather than all being cut;
+    classifying the minimal case (first divergent op, trigger) comes after it."""
+    left = max(0.0, deadline - time.time())
+    return max(left / max(1, reductions_left), min(left / 2, GOOD_REDUCE_S))
+
+
+def _distinct_first(verdicts: list) -> list:
+    """The verdicts with the first of each raw_key before the others, each group in order."""
+    seen, first, again = set(), [], []
+    for verdict in verdicts:
+        key = raw_key(verdict) if verdict.failed and verdict.kind.reducible else None
+        (again if key in seen else first).append(verdict)
+        seen.add(key)
+    return first + again
 
 
 def apply_refinements(records: list, folder: str) -> list:
