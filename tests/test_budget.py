@@ -1,7 +1,7 @@
 """Budgets, item clocks and adaptive timeouts: pure logic, driven by explicit clocks."""
 import pytest
 
-from torchsim_diff.campaign.budget import (CHECK_SHARE, MIN_ITEM_S, Budget, BudgetSpent, ItemClock,
+from torchsim_diff.campaign.budget import (CHECK_SHARE, GRACE_S, MIN_ITEM_S, Budget, BudgetSpent, ItemClock,
                                            interleaved_by_route, parse_duration)
 from torchsim_diff.campaign.options import BadOption
 from torchsim_diff.campaign.route_shares import RouteShares, parse_weights, share_rows, spent_by_route, starved_lines
@@ -60,6 +60,14 @@ def test_a_slow_start_still_opens_the_first_case_but_a_spent_route_draws_nothing
     spent = ItemClock(Budget(100.0, start=0.0), allowance_s=0.0, opened=5.0)
     with pytest.raises(BudgetSpent):
         spent.admit(now=5.0)
+
+
+def test_a_case_may_not_run_past_its_items_time_by_more_than_the_grace():
+    clock = ItemClock(Budget(100.0, start=0.0), allowance_s=10.0, opened=0.0)
+    clock.admit(now=2.0)                                  # drawing until 10
+    assert clock.cap(120.0, now=2.0) == 10.0 + GRACE_S - 2.0   # a hang costs its route, not the run
+    assert clock.cap(5.0, now=2.0) == 5.0
+    assert clock.cap(120.0, now=40.0) == 1.0
 
 
 NOW = 1000.0

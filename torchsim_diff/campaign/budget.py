@@ -121,6 +121,13 @@ class ItemClock:
         if now >= self.draw_until:
             raise BudgetSpent
 
+    def cap(self, seconds: float, now: float | None = None) -> float:
+        """A case's time limit: `seconds`, but not more than GRACE_S past the item's drawing
+        time, so that a hang costs its route a little time, not the run its budget."""
+        now = time.time() if now is None else now
+        end = self.draw_until if self.draw_until is not None else self.budget.draw_end
+        return max(1.0, min(seconds, end + GRACE_S - now))
+
 
 def budget_seconds(text) -> float:
     """parse_duration for argparse: a bad value becomes a usage error naming it."""

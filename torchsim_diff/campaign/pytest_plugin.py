@@ -346,7 +346,7 @@ class FuzzSession:
         """One route run through the case runner (run.runner); its record is written. The
         runner reduces a failure to tell a known bug; under a budget only within the item's
         time: one it cannot reduce by then is reduced at session end (_reduce_then_bucket)."""
-        verdict = self.runner.verdict(case, route)
+        verdict = self.runner.verdict(case, route, cap=self._clock.cap if self._clock else None)
         record = self.runner.record(verdict, reduce_by=self._clock.draw_until if self._clock else None)
         self.writer.write(record)
         if record.reduce_error == DEFERRED:
@@ -490,7 +490,7 @@ class FuzzSession:
         start = self.budget.start if self.budget else time.time()
         board = Board(start, self.budget.end if self.budget else None, self._history_buckets(), self.known)
         stream = _terminal_stream() if self.progress_mode == "bar" else None
-        progress = Progress(self.report_dir, board, make_display(self.progress_mode, stream, reporter.write_line))
+        progress = Progress(self.report_dir, board, make_display(self.progress_mode, stream, _flushed_lines(reporter)))
         self._progress = ProgressThread(progress)
         self.config.pluginmanager.register(_ProgressHooks(self._progress, reporter), "torchsim-diff-progress")
 
@@ -598,6 +598,15 @@ class FuzzSession:
                            tag="self-check")
         return settle_new_buckets(findings, store, self.report_dir, checker, interrupted=self._interrupted,
                                   deadline=self.budget.end if self.budget else None)
+
+
+def _flushed_lines(reporter):
+    """reporter.write_line, flushed after each line: to a file or a pipe Python's stdout is
+    block-buffered, and progress lines would come minutes late, in bursts."""
+    def write_line(line: str) -> None:
+        reporter.write_line(line)
+        reporter.flush()
+    return write_line
 
 
 def _route_of(item) -> str:

@@ -75,10 +75,13 @@ class CaseRunner:
             verdicts = self._batch(cases, route)
         return [(verdict, self.record(verdict)) for verdict in verdicts]
 
-    def verdict(self, case, route: str):
-        """One route run under the route's adaptive time limit (within the budget)."""
+    def verdict(self, case, route: str, *, cap=None):
+        """One route run under the route's adaptive time limit (within the budget, and within
+        `cap`: seconds -> seconds, a fuzz item's campaign.budget.ItemClock.cap)."""
         fresh = not self.checker.worker(route).alive()
         limit = self._capped(self.timeouts.limit(route, fresh=fresh))
+        if cap is not None:
+            limit = cap(limit)
         verdict = self.checker.check(case, route, timeout_s=limit)
         self.timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
         return verdict
