@@ -255,3 +255,25 @@ def test_the_closing_reductions_share_the_time_so_that_some_finish(monkeypatch):
     assert refine._part_of_time_left(1120.0, reductions_left=4) == 30.0     # the even part, where it is more
     assert refine._part_of_time_left(1100.0, reductions_left=20) == 15.0    # at most GOOD_REDUCE_S above it
     assert refine._part_of_time_left(999.0, reductions_left=1) == 0.0
+
+
+def test_a_hangs_self_check_that_cannot_end_by_the_deadline_is_not_begun():
+    import contextlib
+    import time
+    from tests.conftest import make_case
+    from torchsim_diff.results.record import Record
+    from torchsim_diff.triage.self_check import OUT_OF_TIME, _replays_fail
+
+    class Checker:
+        timeout_s, runs = 120.0, []
+
+        def triage_runs(self):
+            return contextlib.nullcontext()
+
+        def check(self, case, route, timeout_s=None):
+            self.runs.append(timeout_s)
+
+    case = make_case([{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}], [("x0", [2], [1], 0, 2, {})], ["v0"])
+    hang = Record(route="mlir", status="fail", kind="timeout", bucket="h")
+    assert _replays_fail(Checker(), case, hang, 2, deadline=time.time() + 60) == OUT_OF_TIME
+    assert Checker.runs == []                             # a hang's replay needs its whole 120 s limit

@@ -73,6 +73,7 @@ def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(su
     assert (new_row["bucket"], new_row["title"], new_row["reduced"]) == (bucket, title, "0 nodes, 1 input, 1 element")
     assert new_row["bundle"].endswith(f"bundles/{bucket}/")
     assert (bucket_row["status"], bucket_row["kind"], bucket_row["smallest (nodes)"]) == ("NEW", "wrong_values", "0")
+    assert bucket_row["reproducer"] == new_row["bundle"]
     assert bucket_row["first seen"][:2] == "20" and bucket_row["first case"] != bucket_row["first seen"]
     assert (facts["status"], facts["kind"]) == ("NEW", "wrong_values")
 
@@ -141,17 +142,16 @@ def test_a_budget_ends_items_as_passed_and_progress_lines_are_printed(suite):
                                  "Drawing time per route*", f"eager *{cases['eager']} *"])
 
 
-# Every item's time is too short to reduce its failure: each is reduced after the drawing.
+# Every item's time is spent when its failure comes: each is reduced after the drawing.
 OUT_OF_ITEM_TIME = '''
-from torchsim_diff.triage import refine
-_refine = refine.ReduceThenBucket.refine
+import time
+from torchsim_diff.run import runner
+_record = runner.CaseRunner.record
 
-def _out_of_item_time(self, verdict, *, stop_at=None):
-    if stop_at is not None and verdict.failed:
-        return dict(reduce_error=refine.DEFERRED)
-    return _refine(self, verdict)
+def _no_time_left(self, verdict, *, reduce_by=None):
+    return _record(self, verdict, reduce_by=None if reduce_by is None else time.time())
 
-refine.ReduceThenBucket.refine = _out_of_item_time
+runner.CaseRunner.record = _no_time_left
 '''
 
 

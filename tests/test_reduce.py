@@ -482,3 +482,21 @@ def test_session_end_refinements_replace_the_buckets_of_their_records(tmp_path):
     out = refine.apply_refinements(records, str(tmp_path))
     assert [r.bucket for r in out] == ["new", "other", None]
     assert out[0].trigger == ["strided"] and out[0].raw_bucket == "old" and out[0].first_op == "add"
+
+
+def test_ctrl_c_during_a_reduction_does_not_wait_for_the_hanging_candidate(double_routes, tmp_path):
+    """A candidate hangs in the evaluator's pool (60 s limit); Ctrl-C comes 2 s in: the
+    reduction ends at once, its checkers stopped, instead of waiting out the hang."""
+    import os
+    import signal
+    import threading
+    import time
+    hang = make_case([{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}], [("x0", [2], [1], 0, 2, {})], ["v0"])
+    started = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        with reduce._Evaluator("double-hang-on-exp", out_dir=str(tmp_path), jobs=1, timeout_s=60.0,
+                               max_runs=10) as evaluator:
+            threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+            evaluator.first_keeping([hang], "any")
+    assert time.perf_counter() - started < 30.0
+    assert all(checker.stopped for checker in evaluator.every_checker)

@@ -24,6 +24,7 @@ from typing import Callable
 from urllib.parse import quote
 
 from torchsim_diff.report import tables
+from torchsim_diff.report.standing import Standing
 
 REPORT_FILE = "report.html"
 PAGES_DIR = "buckets"
@@ -45,7 +46,6 @@ def write_report(run_dir: str, records, *, new_rows: list | None = None, bundles
     path. new_rows: tables.new_bucket_rows (the NEW buckets, first on the page); bundles:
     bucket -> bundle folder (absolute, or relative to the working directory); standing:
     report.standing.Standing, each bucket's status (default: NEW for new_rows' buckets)."""
-    from torchsim_diff.report.standing import Standing
     from torchsim_diff.triage.bucket_history import smallest_per_bucket
     bundles = bundles or {}
     standing = standing or Standing(new={row["bucket"] for row in new_rows or []})
@@ -57,15 +57,11 @@ def write_report(run_dir: str, records, *, new_rows: list | None = None, bundles
         pages[bucket] = f"{PAGES_DIR}/{quote(page_name(bucket))}"
         _write(os.path.join(pages_dir, page_name(bucket)),
                bucket_page(record, bundle=bundles.get(bucket), page_dir=pages_dir, count=counts[bucket],
-                           status=_status_of(record, standing)))
+                           status=standing.of_record(record)))
     report = os.path.join(run_dir, REPORT_FILE)
     _write(report, html_page(records, title, new_rows=new_rows, pages=pages, page_dir=run_dir,
-                             timings=_timings(run_dir), standing=standing))
+                             timings=_timings(run_dir), standing=standing, bundles=bundles))
     return report
-
-
-def _status_of(record, standing) -> str:
-    return "not reduced" if record.unreduced else standing.status(record.bucket, record.known)
 
 
 def _timings(run_dir: str) -> list:
@@ -127,12 +123,14 @@ def _cell(value) -> str:
 
 # -- report.html -------------------------------------------------------------------------------
 def html_page(records, title: str = "torchsim-diff report", new_rows: list | None = None,
-              pages: dict | None = None, page_dir: str = ".", timings: list | None = None, standing=None) -> str:
+              pages: dict | None = None, page_dir: str = ".", timings: list | None = None, standing=None,
+              bundles: dict | None = None) -> str:
     """The report page: NEW buckets, heatmaps, summary, error histograms, the other tables.
     pages: bucket -> its page's href (none: buckets are not linked, as when the page is
     printed alone); page_dir: the folder the page is written to (bundle links start there);
     timings: TOGSim's per-kernel rows, shown after the error tolerances; standing: the
-    buckets' status (report.standing), a known one's linked to its cause's upstream thread."""
+    buckets' status (report.standing), a known one's linked to its cause's upstream thread;
+    bundles: bucket -> its bundle folder, linked from the Buckets table as from the NEW one."""
     pages = pages or {}
     page_of = lambda row: pages.get(row["bucket"])          # noqa: E731
     sections = [f"<h1>{html.escape(title)}</h1>"]
@@ -151,8 +149,10 @@ def html_page(records, title: str = "torchsim-diff report", new_rows: list | Non
     if timings:
         sections.append(tables.render(tables.timing_rows(timings), "html", "Timing on TOGSim, per kernel"))
     upstream = (lambda row: standing.upstream(row["bucket"])) if standing else (lambda row: None)   # noqa: E731
-    sections.append(_table(tables.bucket_rows(records, standing=standing), "Buckets",
-                           {"bucket": page_of, "status": upstream}))
+    rows = [{**row, "reproducer": _bundle_href(row["reproducer"], page_dir)}
+            for row in tables.bucket_rows(records, bundles, standing)]
+    sections.append(_table(rows, "Buckets", {"bucket": page_of, "status": upstream,
+                                             "reproducer": lambda row: row["reproducer"]}))
     sections.append(tables.render(tables.coverage_rows(records), "html", "Coverage"))
     return _document(title, sections)
 

@@ -6,6 +6,8 @@ bucket pages give.
     NEW          first seen in this run, and its self-check reproduced it
     unconfirmed  first seen in this run, and its self-check did not reproduce it (why)
     seen before  the bucket history holds it from an earlier run
+    not reduced  a failure a campaign's budget left unreduced (Record.unreduced): its raw
+                 bucket says nothing of the cause
 
 The bucket history also says when a bucket was first seen (a time; the case id is apart).
 
@@ -44,6 +46,10 @@ class Standing:
         if bucket in self.unconfirmed:
             return f"unconfirmed: {self.unconfirmed[bucket]}"
         return "seen before" if bucket in self.first_seen else "-"
+
+    def of_record(self, record) -> str:
+        """The status of `record`'s bucket, as far as that one failure tells it."""
+        return "not reduced" if record.unreduced else self.status(record.bucket, record.known)
 
     def upstream(self, bucket: str) -> str | None:
         """The upstream thread of a known bucket's cause, if it has one (a web address: the

@@ -16,6 +16,7 @@ from collections import Counter, defaultdict
 
 from tabulate import tabulate
 
+from torchsim_diff.report.standing import Standing
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.triage import signatures
 
@@ -151,7 +152,6 @@ def bucket_rows(records, reproducers: dict | None = None, standing=None) -> list
     first (signatures.rank_buckets: the most frequent, then each the farthest from those
     above). A reduced failure is told by its minimal case, as its page and bundle tell it: the
     op is its first divergent op, the size its node count."""
-    from torchsim_diff.report.standing import Standing
     standing = standing or Standing()
     buckets: dict = {}
     known, reduced = set(), set()

@@ -215,13 +215,21 @@ class _Evaluator:
             self.checkers.put(Checker(out_dir=os.path.join(out_dir, f"job{job}"), timeout_s=timeout_s,
                                       tag=f"reduce{job}"))
         self.jobs = self.checkers.qsize()
+        self.every_checker = list(self.checkers.queue)
         self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs)
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.pool.shutdown(wait=True)
+    def __exit__(self, exc_type, exc, tb):
+        interrupted = exc_type is not None and issubclass(exc_type, KeyboardInterrupt)
+        if interrupted:
+            # Ctrl-C: the candidates in flight are not waited for (a hang would hold the
+            # interrupt for its whole time limit), and the run's checkers, borrowed ones too,
+            # run nothing more
+            for checker in self.every_checker:
+                checker.stop()
+        self.pool.shutdown(wait=not interrupted, cancel_futures=interrupted)
         while self.owned and not self.checkers.empty():
             self.checkers.get().close()
 

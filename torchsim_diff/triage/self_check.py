@@ -39,6 +39,7 @@ REPRO_JOBS = max(1, min(8, (os.cpu_count() or 2) // 2))   # repro.py runs at onc
 SCRIPT_TIMEOUT_S = 600.0          # repro.py's own limit: a fresh Python, torch and a compile
 RESULTS_FILE = "self_check.json"  # in the run folder: bucket -> SelfCheck fields
 OUT_OF_TIME = "not self-checked: the run's budget ran out first"
+MIN_REPLAY_S = 5.0                # a replay with less time than this left would say nothing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,18 +117,20 @@ def self_check_buckets(chosen: dict, out_dir: str, checker=None, *, replays: int
     """bucket -> SelfCheck for each bucket -> record of `chosen`; bundles go under
     OUT/bundles/<bucket>. The replays run one after the other on the checker (without one,
     they are left to repro.py's run); the repro.py runs, each its own process, REPRO_JOBS at
-    once. `into` is filled as checks finish (what an interrupt leaves is kept). Past
-    `deadline` (time.time()), no check begins and the repro.py runs still going are killed:
-    those buckets are OUT_OF_TIME."""
+    once. `into` is filled as checks finish (what an interrupt leaves is kept). With a
+    `deadline` (time.time()), hangs go last (a replay of one costs a whole time limit), no
+    check or replay begins that cannot end by then, and the repro.py runs still going at it
+    are killed: those buckets are OUT_OF_TIME."""
     checks = {} if into is None else into
     say = say or _say
     bundles = {}
-    for k, (bucket, record) in enumerate(chosen.items(), 1):
+    order = sorted(chosen.items(), key=lambda item: item[1].kind == Kind.TIMEOUT.value) if deadline else chosen.items()
+    for k, (bucket, record) in enumerate(order, 1):
         if deadline is not None and time.time() >= deadline:
             checks[bucket] = SelfCheck(bucket, False, OUT_OF_TIME)
             continue
         say(f"self-check {k}/{len(chosen)}: bucket {bucket} on {record.route}")
-        found = _before_repro(record, os.path.join(out_dir, "bundles", bucket), checker, replays)
+        found = _before_repro(record, os.path.join(out_dir, "bundles", bucket), checker, replays, deadline)
         if isinstance(found, SelfCheck):
             checks[bucket] = found
         else:
@@ -150,14 +153,14 @@ def _say(line: str) -> None:
     sys.stderr.flush()
 
 
-def _before_repro(record, folder: str, checker, replays: int):
+def _before_repro(record, folder: str, checker, replays: int, deadline: float | None = None):
     """The replays, then the bundle: its folder, or the SelfCheck that ends the check early."""
     bucket = record.bucket
     case = _shipped_case(record)
     if case is None:
         return SelfCheck(bucket, False, "the record holds no case that validates")
     if checker is not None:
-        flaky = _replays_fail(checker, case, record, replays)
+        flaky = _replays_fail(checker, case, record, replays, deadline)
         if flaky:
             return SelfCheck(bucket, False, flaky)
     from torchsim_diff.report.bundles import BundleError, write_bundle
@@ -182,13 +185,19 @@ def _shipped_case(record) -> Case | None:
         return None
 
 
-def _replays_fail(checker, case: Case, record, replays: int) -> str:
-    """'' when every replay fails; else why the failure is not confirmed."""
-    count = 1 if record.kind == Kind.TIMEOUT.value else replays     # each replay of a hang costs its limit
+def _replays_fail(checker, case: Case, record, replays: int, deadline: float | None = None) -> str:
+    """'' when every replay fails; else why the failure is not confirmed (OUT_OF_TIME when a
+    replay could not end by `deadline`: a hang's needs its whole time limit)."""
+    hang = record.kind == Kind.TIMEOUT.value
+    count = 1 if hang else replays     # each replay of a hang costs its limit
     outcomes = []
     with checker.triage_runs():
         for _ in range(count):
-            outcomes.append(checker.check(case, record.route))
+            left = None if deadline is None else deadline - time.time()
+            if left is not None and left < (checker.timeout_s if hang else MIN_REPLAY_S):
+                return OUT_OF_TIME
+            outcomes.append(checker.check(case, record.route, timeout_s=None if left is None else
+                                          min(checker.timeout_s, left)))
     # A skipped replay (the route was abandoned in this checker) says nothing: repro.py decides.
     passed = [v for v in outcomes if not v.failed and v.status != Status.SKIPPED]
     if not passed:
