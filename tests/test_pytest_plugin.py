@@ -172,7 +172,9 @@ def test_a_budget_turns_hypothesis_shrinking_off_and_a_bad_weight_is_one_line(su
     suite.makepyfile(test_phases='''
 from hypothesis import Phase
 def test_phases(torchsim_session):
-    assert (Phase.shrink in torchsim_session.settings().phases) == (torchsim_session.budget is None)
+    budgeted = torchsim_session.budget is not None
+    assert (Phase.shrink in torchsim_session.settings().phases) != budgeted
+    assert (torchsim_session.settings().max_examples > 1000) == budgeted     # the budget ends an item
 ''')
     assert suite.runpytest_subprocess("test_phases.py", "-p", "no:cacheprovider").ret == 0
     assert suite.runpytest_subprocess("test_phases.py", "--fuzz-budget", "20s", "-p", "no:cacheprovider").ret == 0

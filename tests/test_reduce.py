@@ -492,11 +492,19 @@ def test_ctrl_c_during_a_reduction_does_not_wait_for_the_hanging_candidate(doubl
     import threading
     import time
     hang = make_case([{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}], [("x0", [2], [1], 0, 2, {})], ["v0"])
+    # Python's own Ctrl-C handler: a process started in the background by a shell (as CI's may
+    # be) inherits SIGINT ignored
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctrl_c = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
     started = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        with reduce._Evaluator("double-hang-on-exp", out_dir=str(tmp_path), jobs=1, timeout_s=60.0,
-                               max_runs=10) as evaluator:
-            threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT)).start()
-            evaluator.first_keeping([hang], "any")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with reduce._Evaluator("double-hang-on-exp", out_dir=str(tmp_path), jobs=1, timeout_s=60.0,
+                                   max_runs=10) as evaluator:
+                ctrl_c.start()
+                evaluator.first_keeping([hang], "any")
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, before)
     assert time.perf_counter() - started < 30.0
     assert all(checker.stopped for checker in evaluator.every_checker)

@@ -71,6 +71,7 @@ PROFILES = {
                           suppress_health_check=list(HealthCheck)),
 }
 DEFAULT_PROFILE = "torchsim-default"
+BUDGETED_EXAMPLES = 10 ** 9     # an item's examples under a budget without --fuzz-examples: the budget ends it
 # Earlier names, kept working unless another plugin registered them first. Hypothesis's own
 # `default` is never touched.
 ALIASES = {"ci": "torchsim-ci", "long": "torchsim-long"}
@@ -98,7 +99,8 @@ def pytest_addoption(parser):
     group.addoption("--routes", default=None,
                     help=f"comma-separated routes the fuzz suites run on (default: {DEFAULT_ROUTES})")
     group.addoption("--fuzz-examples", type=int, default=None,
-                    help="examples per fuzz item (default: the Hypothesis profile's max_examples)")
+                    help="examples per fuzz item (default: the Hypothesis profile's max_examples; under "
+                         "--fuzz-budget, as many as the budget allows)")
     group.addoption("--fuzz-seed", type=int, default=None,
                     help="base seed; the ci profile uses 0, others draw one and print it")
     group.addoption("--fuzz-dtypes", default="float32", help="comma-separated dtypes (default: float32)")
@@ -294,11 +296,14 @@ class FuzzSession:
     def settings(self):
         """Hypothesis settings for a fuzz item: its profile, with --fuzz-examples applied and,
         under a budget, no shrinking (the reducer shrinks failures in the budget's closing
-        share; Hypothesis's shrinking inside an item would run past the item's time)."""
+        share; Hypothesis's shrinking inside an item would run past the item's time) and no
+        cap on examples unless --fuzz-examples sets one (the budget ends the item; a profile's
+        40 left a 30-minute run's fastest route idle for a third of its share)."""
         base = settings.get_profile(self.profile)
         changes = {} if self.examples is None else {"max_examples": self.examples}
         if self.budget is not None:
             changes["phases"] = [phase for phase in base.phases if phase != Phase.shrink]
+            changes.setdefault("max_examples", BUDGETED_EXAMPLES)
         return settings(base, **changes)
 
     def require(self, route: str) -> None:
