@@ -25,9 +25,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]   # whole campaigns: the e2e se
 
 
 def _cli(*argv, env=None):
-    """The console command in a subprocess, as users run it."""
+    """The console command in a subprocess, as users run it from a terminal: with SIGINT's
+    default action, which a test run started in the background by a shell lacks (it inherits
+    SIGINT ignored, and so would the command)."""
     return subprocess.Popen([sys.executable, "-m", "torchsim_diff", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _lines(path) -> list:
@@ -449,10 +452,10 @@ def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_wer
     reducing = []                       # the failure being reduced, while it is
     reduce_and_classify = ReduceThenBucket._reduce_and_classify
 
-    def marking(refiner, verdict):
+    def marking(refiner, verdict, *rest):
         reducing.append(verdict.case.case_id)
         try:
-            return reduce_and_classify(refiner, verdict)
+            return reduce_and_classify(refiner, verdict, *rest)
         finally:
             reducing.clear()
 
