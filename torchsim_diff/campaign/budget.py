@@ -43,10 +43,10 @@ def parse_duration(text) -> float:
 class Budget:
     """total_s seconds from `start` (time.time()); see the module docstring."""
 
-    def __init__(self, total_s: float, start: float | None = None, shrink_share: float = SHRINK_SHARE):
+    def __init__(self, total_s: float, start: float | None = None, shrink_share: float | None = None):
         self.total_s = float(total_s)
         self.start = time.time() if start is None else start
-        self.shrink_share = shrink_share
+        self.shrink_share = SHRINK_SHARE if shrink_share is None else shrink_share
 
     @classmethod
     def parse(cls, text, start: float | None = None) -> "Budget":

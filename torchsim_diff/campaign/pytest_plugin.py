@@ -265,7 +265,7 @@ class FuzzSession:
         self._availability: dict = {}
         self._verdicts: dict = {}
         self._deferred: set = set()               # (case id, route) of failures left to reduce at the end
-        self._found_new = False
+        self._findings_fail_run = False
         self._route_items: dict = {}             # route -> its fuzz items, as collected
         self._shares: RouteShares | None = None
         self._clock: ItemClock | None = None
@@ -502,8 +502,8 @@ class FuzzSession:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_sessionfinish(self, session, exitstatus):
         """Failures reduced before the summary (pytest's terminal summary runs within this
-        hook); after it, a run whose NEW buckets all came from items that passed (their
-        failure was reduced after the drawing, under a budget) still exits as failed."""
+        hook); after it, a run under a budget whose items passed still exits as failed when it
+        found a NEW bucket (reduced after the drawing) or a failure it had no time to decide."""
         self._interrupted = exitstatus == pytest.ExitCode.INTERRUPTED
         if self._checker is not None:
             if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -514,7 +514,7 @@ class FuzzSession:
         if self._writer is not None:
             self._writer.close()
         result = yield
-        if self._found_new and self.budget is not None and session.exitstatus == pytest.ExitCode.OK:
+        if self._findings_fail_run and self.budget is not None and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return result
 
@@ -539,13 +539,17 @@ class FuzzSession:
         for line in self._share_lines(records):
             terminalreporter.write_line(line)
         settled = self._settle_new_buckets(records)
-        self._found_new = bool(settled.new)
+        undecided = _undecided(records, settled)
+        self._findings_fail_run = bool(settled.new or undecided)
         from torchsim_diff.report.standing import Standing
         standing = Standing.of_run(settled.new, settled.unconfirmed, known_folder=self.known_folder,
                                    history=self._history_rows())
         for line in tables.end_report(records, settled.new, settled.bundles, self.report_dir, self.unavailable(),
                                       settled.unconfirmed, standing):
             terminalreporter.write_line(line)
+        if self.budget is not None and undecided and not settled.new:
+            terminalreporter.write_line(f"The run fails: {undecided} failure(s) the budget left undecided "
+                                        f"(not reduced or not self-checked) may be new")
 
     def _share_lines(self, records) -> list:
         """Under a budget: what each fuzzed route got of the drawing time and of the cases, and
@@ -603,6 +607,14 @@ class FuzzSession:
                            tag="self-check")
         return settle_new_buckets(findings, store, self.report_dir, checker, interrupted=self._interrupted,
                                   deadline=self.budget.end if self.budget else None)
+
+
+def _undecided(records, settled) -> int:
+    """How many failures the budget left undecided: unreduced, or reduced but not self-checked
+    in time. A budgeted run that found one fails: it may be a new bug, and a pass would hide it."""
+    from torchsim_diff.triage.self_check import OUT_OF_TIME
+    unchecked = sum(reason == OUT_OF_TIME for reason in settled.unconfirmed.values())
+    return unchecked + sum(r.unreduced for r in records)
 
 
 def _flushed_lines(reporter):
