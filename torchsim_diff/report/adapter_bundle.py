@@ -35,12 +35,12 @@ def failing_kernel(artifact_dir: str | None) -> str | None:
     return sorted(stopped)[0] if stopped else None
 
 
-def replay_artifacts(case, out_dir: str, *, stage: str | None = "adapter") -> str | None:
-    """Run `case` on triton-spike once and return its artifact folder: None if it did not fail
+def replay_artifacts(case, out_dir: str, *, stage: str | None = "adapter", route: str = "triton-spike") -> str | None:
+    """Run `case` on `route` once and return its artifact folder: None if it did not fail
     there (at `stage`, when one is named)."""
     from torchsim_diff.run.checker import Checker
     with Checker(out_dir=out_dir, timeout_s=REPLAY_TIMEOUT_S) as checker:
-        verdict = checker.check(case, "triton-spike")
+        verdict = checker.check(case, route)
     failed = verdict.stage == stage if stage else verdict.kind.is_bug
     return verdict.artifact_dir if failed else None
 

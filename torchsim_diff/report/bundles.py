@@ -30,7 +30,7 @@ import sys
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.program_check import load_program
-from torchsim_diff.report import adapter_bundle, eager_script, kernel_bundle, plain_script, quoted_output
+from torchsim_diff.report import adapter_bundle, checklist, eager_script, kernel_bundle, plain_script, quoted_output
 from torchsim_diff.report.script_text import check_script, docstring
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import Record
@@ -313,6 +313,8 @@ class ScriptOptions:
     dropped: tuple = ()
     eager_form: str = ""      # a bug of eager itself, shown eager against eager (report.eager_script.FORMS)
     eager_bug: bool = False   # eager is the side that is wrong, whatever the script compares
+    plain_kernel: bool = False    # a Triton bug shown as one plain @triton.jit launch (report.triton_kernel_script)
+    not_plain: str = ""           # why a Triton bug could not be shown so
 
 
 def render_script(record: Record, case: Case, heading: str = "", options: ScriptOptions = ScriptOptions()) -> str:
@@ -628,10 +630,14 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
         options = dataclasses.replace(options, eager_bug=eager_bug)
     elif first_run is None:
         write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
+    if runs and route == "triton" and project_of(record).name == "triton":
+        plain_run, why_not = _plain_triton_kernel(record, case, to_dir, artifacts_dir, heading)
+        options = dataclasses.replace(options, plain_kernel=plain_run is not None, not_plain=why_not)
+        first_run = plain_run or first_run
     kernel_only = ((adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading))
                    or (kernel_bundle.is_kernel_value_bug(record)
                        and _kernel_value_bundle(record, case, to_dir, artifacts_dir, heading)))
-    shims = minimise_shims(to_dir) if route == "triton" and minimise else None
+    shims = minimise_shims(to_dir) if route == "triton" and minimise and not options.plain_kernel else None
     if not run:
         repro_output = None
     elif first_run and shims is None:      # the run that chose the script is the one to quote
@@ -770,6 +776,43 @@ def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str 
     return source
 
 
+def _plain_triton_kernel(record: Record, case: Case, to_dir: str, artifacts_dir: str | None,
+                         heading: str) -> tuple:
+    """A bug of Triton met on the triton route, shown as one plain @triton.jit launch
+    (report.triton_kernel_script) when that repro.py reproduces it: (the run that did, "")
+    and the shims go; else (None, why not), the torch.compile repro.py left as it was."""
+    from torchsim_diff.report import triton_kernel_script as plain
+    crashes = record.kind in Kind.values_where("no_values")
+    capture = plain.capture_of(artifacts_dir or record.reduced_artifacts or record.artifacts)
+    if capture is None:
+        import tempfile
+        ran = adapter_bundle.replay_artifacts(case, tempfile.mkdtemp(prefix="torchsim-diff-triton-"), stage=None,
+                                              route="triton")
+        capture = plain.capture_of(ran)
+    if capture is None:
+        return None, "the run that should fail left no kernel capture"
+    try:
+        plan = plain.plan_launch(case, capture, crashes)
+    except plain.PlainKernelError as exc:
+        return None, str(exc)
+    with open(os.path.join(to_dir, "repro.py"), encoding="utf-8") as handle:
+        harness_script = handle.read()
+    write_text(os.path.join(to_dir, "repro.py"), plain.render_script(plan, heading or title(record, case)))
+    outcome = run_repro(to_dir)
+    if outcome[0] == 1 and (not crashes or _same_error(record.message, outcome[1])):
+        os.unlink(os.path.join(to_dir, SHIMS_FILE))
+        return outcome, ""
+    write_text(os.path.join(to_dir, "repro.py"), harness_script)
+    shown = "gives eager's values" if outcome[0] == 0 else f"ends with exit status {outcome[0]}"
+    return None, f"the captured kernel, launched alone under plain TRITON_INTERPRET=1, {shown}"
+
+
+def _same_error(message: str | None, output: str) -> bool:
+    """Whether a plain script's output names the exception class the recorded message names last."""
+    names = re.findall(r"\b([A-Z]\w*(?:Error|Exception))\b", message or "")
+    return bool(names) and names[-1] in output
+
+
 def _kernel_value_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str | None,
                          heading: str) -> str | None:
     """Ship the first launch that differs from Triton's interpreter and a repro.py that runs it
@@ -906,6 +949,7 @@ def _files_under(folder: str, start: str) -> list:
 
 # -- ISSUE.md ------------------------------------------------------------------------------
 OUTPUT_HEADING = "Output of `python repro.py`:"
+NOT_PLAIN_MARK = f"Shown through torch.compile, {checklist.NOT_PLAIN_MARK}"
 
 
 def is_torch_compile_bug(record: Record) -> bool:
@@ -945,6 +989,10 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     upstream = record.upstream if record.upstream and record.upstream.startswith("https://") else ""
     thread = status if upstream and status in THREAD_DRAFTS else "new"
     described = _launch_description(record, case) if launch else _description(record, case, kernel_only, options)
+    if options.plain_kernel:
+        from torchsim_diff.report import triton_kernel_script
+        described = triton_kernel_script.description(expression(case, case.outputs),
+                                                      record.kind in Kind.values_where("no_values"))
     if thread == "new":
         parts = [f"<!-- File at {PT2_TEMPLATE if pt2 else project.file_at} -->", f"# {heading or title(record, case)}", "", bug, "",
                  described]
@@ -954,6 +1002,7 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     parts += ["", analysis] if analysis else []
     parts += ["", FUZZER_NOTE] if pt2 and thread == "new" else []
     parts += ["", tolerance] if tolerance else []
+    parts += ["", f"{NOT_PLAIN_MARK}: {options.not_plain}."] if options.not_plain else []
     parts += ["", f"Ablation: {bisection}."] if bisection else []
     if upstream and thread == "new":
         parts += ["", f"Related: {upstream}"]
@@ -964,6 +1013,9 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     parts += _beside_the_script(record, case, bundle, shims)
     text = launch_versions_text() if launch else versions_text(record, case, kernel_only, whole_env=pt2,
                                                                dropped=options.dropped)
+    if options.plain_kernel:
+        from torchsim_diff.report import triton_kernel_script
+        text = triton_kernel_script.versions_text()
     parts += [versions if thread == "new" else "Versions:", "", "```", text.rstrip("\n"), "```", ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
@@ -974,8 +1026,10 @@ def _beside_the_script(record: Record, case: Case, bundle: str, shims) -> list:
     """What the files shipped next to repro.py are, one paragraph each."""
     from torchsim_diff.report import mlir_host
     parts = []
-    if record.route == "triton":
-        needed = f" This bug needs: {', '.join(s.strip('_') for s in shims)}." if shims else ""
+    if record.route == "triton" and os.path.exists(os.path.join(bundle, SHIMS_FILE)):
+        from torchsim_diff.routes.triton.shims import EFFECTS
+        needed = (" This bug needs: " + "; ".join(f"{s.strip('_')} ({EFFECTS[s]})" for s in shims) + ".") \
+            if shims else ""
         parts += [f"`{SHIMS_FILE}` (beside the script) lets Inductor's Triton kernels run on CPU tensors "
                   f"under `TRITON_INTERPRET=1`.{needed}", ""]
     if runs_on_host(record, case):

@@ -1,7 +1,8 @@
 """What each upstream asks of a fuzzer's report, checked on a written bundle.
 
 PyTorch's pt2 template asks fuzzer reports to keep tolerances (never an atol of 0 on floats),
-to compare no indices that max/min-like ops return, and for an ablation; every upstream wants
+to compare no indices that max/min-like ops return, and for an ablation; Triton asks for a
+plain `@triton.jit` kernel and its launch; every upstream wants
 a short script that runs with its own tools, loads no pickle, and names no path of the
 reporter's machine. `problems(bundle)` lists what a bundle misses, one line each.
 """
@@ -16,6 +17,9 @@ from torchsim_diff.report import quoted_output
 SHIM_LINES = 60
 DRAFT_MARKS = ("<!-- File at https://", "<!-- A comment for https://", "<!-- Re-test of the fix of https://")
 PT2_MARK = "template=pt2-bug-report.yml"
+TRITON_MARK = "github.com/triton-lang/triton/issues/new"
+# Triton asks for a plain @triton.jit kernel and its launch; a draft through torch.compile says why not.
+NOT_PLAIN_MARK = "not as one plain `@triton.jit` launch"
 FLOAT_REASON = re.compile(r"(float16|bfloat16|float32|float64)")
 
 
@@ -28,6 +32,8 @@ def problems(bundle: str) -> list:
         found.append("ISSUE.md names no template, thread or fix to file at")
     if PT2_MARK in issue.splitlines()[0] and "\nAblation: " not in issue:
         found.append("a torch.compile draft without its ablation (CompilerBisector)")
+    if TRITON_MARK in issue.splitlines()[0] and "torch.compile(" in script and NOT_PLAIN_MARK not in issue:
+        found.append("a Triton draft through torch.compile that does not say why it is not one plain kernel launch")
     found += _tolerance_problems(script)
     if "assert_close" in script and _compares_indices(script):
         found.append("repro.py compares the indices an argmax, argmin or argsort returns")

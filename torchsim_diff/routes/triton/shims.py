@@ -42,6 +42,25 @@ import hashlib
 import math
 import os
 
+# What each shim changes, in a bug report's words (a bundle names those its bug needs).
+EFFECTS = {
+    "_patch_backend_hash": "Inductor's `triton_hash_with_backend()` returns a constant (it asks for a GPU "
+                           "driver otherwise) and `torch._inductor.config.cpu_backend = \"triton\"`, so CPU "
+                           "tensors get Inductor's Triton kernels",
+    "_silence_no_backend_warning": "silences Inductor's warning that CPU Triton kernels will not be executable",
+    "_patch_libdevice": "libdevice functions, which the interpreter leaves as stubs, computed by numpy",
+    "_patch_mask_dtype": "an int32 load/store mask (`block_mask & (i32 < C)`) coerced to bool in the interpreter",
+    "_patch_interpreter_options": "the interpreter honours `tl.device_assert` (Inductor's index bound checks)",
+    "_patch_lang_once_per_kernel": "nested @triton.jit helpers do not re-patch triton.language on every call "
+                                   "(speed only)",
+    "_patch_tree_reduce": "`tl.reduce` with a custom combine_fn runs as a tree of vectorised calls in the "
+                          "interpreter (a GPU's order), not element by element",
+    "_patch_bf16_dot": "bfloat16 `tl.dot` operands widened to float32 in the interpreter (it multiplied their "
+                       "uint16 bit patterns)",
+    "enable_triton_gemm": "`max_autotune_gemm` with the TRITON backend, the first template choice taken without "
+                          "benchmarking",
+}
+
 # Versions these shims were written and checked against ("major.minor" prefixes).
 SUPPORTED_VERSIONS = {"torch": ("2.13",), "triton": ("3.9",)}
 
