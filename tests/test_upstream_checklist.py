@@ -295,3 +295,29 @@ def test_every_shim_a_bundle_can_ship_says_what_it_changes():
     from torchsim_diff.routes.triton.shims import EFFECTS
     assert set(bundles.SHIM_CALLS) == set(EFFECTS)
     assert all(len(text) > 20 for text in EFFECTS.values())
+
+
+def test_a_pytorch_bug_met_under_the_interpreter_ships_its_cuda_twin_without_shims(tmp_path, add_case):
+    """PyTorch supports Inductor's Triton kernels on CUDA: the bundle of a PyTorch bug found under
+    Triton's interpreter also compiles the same program for a GPU, with no shims; a machine
+    without one is told so (exit 2), never a pass."""
+    record = _record(add_case, route="triton", op="relu", project="pytorch")
+    folder = bundles.write_bundle(record, str(tmp_path / "b"))
+    twin = (tmp_path / "b" / bundles.CUDA_TWIN).read_text()
+    assert "triton_shims" not in twin and "torch.cuda.is_available()" in twin and "torch.compile(" in twin
+    issue = (tmp_path / "b" / "ISSUE.md").read_text()
+    assert f"`{bundles.CUDA_TWIN}` runs the same program" in issue and "not run where this report was written" in issue
+    import torch
+    status, out, _err = bundles.run_repro(folder, script=bundles.CUDA_TWIN)
+    if not torch.cuda.is_available():
+        assert (status, out.strip()) == (2, "cannot run here: no CUDA GPU")
+    # the ablation and the shims cut to what the bug needs come from runs
+    assert [p for p in checklist.problems(folder) if "ablation" not in p and "triton_shims" not in p] == []
+
+
+def test_what_a_run_elsewhere_showed_goes_into_the_causes_report(tmp_path, add_case):
+    note = "On a GPU (2026-12-06): the compiled kernel gives eager's values."
+    cause = ledger.read_cause(_cause_folder(tmp_path, add_case, {**CAUSE, "also_checked": note}))
+    assert note in ledger.analysis(cause, cause.representative())
+    with pytest.raises(CorruptEntry, match="also_checked must be text"):
+        ledger.read_cause(_cause_folder(tmp_path / "2", add_case, {**CAUSE, "also_checked": ["x"]}))

@@ -565,12 +565,13 @@ def requote_run(bundle: str, quoted: str) -> None:
 TIMED_OUT = "timeout"
 
 
-def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300, started=None) -> tuple:
-    """(exit status or TIMED_OUT, stdout, stderr) of one run of the bundle's repro.py in a
+def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300, started=None,
+              script: str = "repro.py") -> tuple:
+    """(exit status or TIMED_OUT, stdout, stderr) of one run of the bundle's `script` in a
     fresh process, as a maintainer runs it. started: called with the process once it runs
     (so that an interrupt can kill it); a run past `timeout_s` is killed."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}     # a bundle ships no __pycache__ of its own
-    with subprocess.Popen([python, "repro.py"], cwd=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    with subprocess.Popen([python, script], cwd=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           stdin=subprocess.DEVNULL, text=True, env=env) as proc:
         if started is not None:
             started(proc)
@@ -634,6 +635,8 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
         plain_run, why_not = _plain_triton_kernel(record, case, to_dir, artifacts_dir, heading)
         options = dataclasses.replace(options, plain_kernel=plain_run is not None, not_plain=why_not)
         first_run = plain_run or first_run
+    cuda_twin = _write_cuda_twin(record, case, to_dir, heading, options, runs) \
+        if route == "triton" and project_of(record).name == "pytorch" else ""
     kernel_only = ((adapter_bundle.is_adapter_bug(record) and _adapter_bundle(record, case, to_dir, artifacts_dir, heading))
                    or (kernel_bundle.is_kernel_value_bug(record)
                        and _kernel_value_bundle(record, case, to_dir, artifacts_dir, heading)))
@@ -657,7 +660,7 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     write_text(os.path.join(to_dir, "ISSUE.md"),
                 render_issue(record, case, to_dir, copied, shims=shims, repro_output=repro_output,
                              analysis=analysis, heading=heading, bisection=bisection, tolerance=tolerance,
-                             options=options, status=status))
+                             options=options, status=status, cuda_twin=cuda_twin))
     write_manifest(to_dir)
     return to_dir
 
@@ -805,6 +808,25 @@ def _plain_triton_kernel(record: Record, case: Case, to_dir: str, artifacts_dir:
     write_text(os.path.join(to_dir, "repro.py"), harness_script)
     shown = "gives eager's values" if outcome[0] == 0 else f"ends with exit status {outcome[0]}"
     return None, f"the captured kernel, launched alone under plain TRITON_INTERPRET=1, {shown}"
+
+
+CUDA_TWIN = "repro_cuda.py"     # a PyTorch bug met under Triton's interpreter, compiled for a GPU instead
+
+
+def _write_cuda_twin(record: Record, case: Case, to_dir: str, heading: str, options: ScriptOptions,
+                     run: bool) -> str:
+    """repro_cuda.py: the same program and settings compiled by Inductor for a CUDA GPU, with
+    no shims (PyTorch supports that route); what it gave where this was written (when `run`),
+    or why it was not run."""
+    twin = record.with_fields(route="triton-cuda", found_on=None)
+    write_text(os.path.join(to_dir, CUDA_TWIN), render_script(twin, case, heading, dataclasses.replace(
+        options, plain_kernel=False, not_plain="")))
+    import torch
+    if not run or not torch.cuda.is_available():
+        return "not run where this report was written" + ("" if torch.cuda.is_available() else " (no CUDA GPU)")
+    status, _out, _err = run_repro(to_dir, script=CUDA_TWIN)
+    shown = {1: "reproduces the bug", 0: "does not reproduce it"}.get(status, f"exits {status}")
+    return f"on {torch.cuda.get_device_name()} it {shown}"
 
 
 def _same_error(message: str | None, output: str) -> bool:
@@ -970,7 +992,7 @@ THREAD_DRAFTS = {
 def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, shims: list | None = None,
                  repro_output: str | None = None, analysis: str = "", heading: str = "",
                  bisection: str = "", tolerance: str = "", options: ScriptOptions = ScriptOptions(),
-                 status: str = "new") -> str:
+                 status: str = "new", cuda_twin: str = "") -> str:
     """The issue text in the upstream project's template sections, in its own terms. shims:
     the triton shims the bug needs (minimise_shims); repro_output: what a run of repro.py
     printed (quoted instead of the recorded message); analysis: what is known of the cause.
@@ -978,7 +1000,8 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     section, the fuzzer note its fuzzer block asks for, the ablation it asks for (bisection:
     CompilerBisector's result, report.bisection) and collect_env's whole output. status: a
     cause upstream has ("reported", "fixed") gets the draft of a comment for its thread instead
-    (THREAD_DRAFTS), without the template's sections."""
+    (THREAD_DRAFTS), without the template's sections. cuda_twin: what repro_cuda.py gave, where
+    the bundle has one."""
     project = project_of(record)
     pt2 = is_torch_compile_bug(record) and not options.eager_bug
     bug, versions = project.sections
@@ -1011,6 +1034,9 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     parts += [PT2_ERROR_SECTION, ""] if pt2 and thread == "new" else []
     parts += [OUTPUT_HEADING, "", "```", output, "```", ""]
     parts += _beside_the_script(record, case, bundle, shims)
+    if cuda_twin:
+        parts += [f"`{CUDA_TWIN}` runs the same program with the same settings compiled by Inductor for a CUDA "
+                  f"GPU, with no shims: {cuda_twin}.", ""]
     text = launch_versions_text() if launch else versions_text(record, case, kernel_only, whole_env=pt2,
                                                                dropped=options.dropped)
     if options.plain_kernel:

@@ -40,7 +40,7 @@ def problems(bundle: str) -> list:
     shims = _read(bundle, "triton_shims.py")
     if len(shims.splitlines()) > SHIM_LINES:
         found.append(f"triton_shims.py has {len(shims.splitlines())} lines (at most {SHIM_LINES})")
-    for name in ("ISSUE.md", "repro.py"):
+    for name in ("ISSUE.md", "repro.py", "repro_cuda.py"):
         text = _read(bundle, name)
         if "torch.load(" in text and "weights_only=True" not in text:
             found.append(f"{name} loads with torch.load without weights_only=True")

@@ -7,6 +7,8 @@
                                         "shown": the case its report shows (optional),
                                         "wrong_side": "eager" for a defect of eager PyTorch
                                           that a compiler gets right (optional),
+                                        "also_checked": what the repro gave on another device
+                                          or version, with its date (optional),
                                         "mlir_opt": a .mlir beside it and the mlir-opt
                                           pipeline that shows the bug (optional;
                                           report.mlir_opt_bundle),
@@ -30,7 +32,8 @@ from torchsim_diff.timing.known_defects import is_defect_folder
 from torchsim_diff.triage.corpus import CAUSE_FILE, KNOWN, CorruptEntry, iter_entries
 
 STATUSES = ("new", "reported", "fixed")
-FIELDS = ("title", "project", "component", "status", "upstream", "fixed_in", "summary", "shown", "wrong_side")
+FIELDS = ("title", "project", "component", "status", "upstream", "fixed_in", "summary", "shown", "wrong_side",
+          "also_checked")
 WRONG_SIDES = ("compiled", "eager")
 # The route whose repro.py is plainest first: torch alone, then torch-mlir, then the adapter.
 PLAINEST = ("inductor", "triton", "triton-cuda", "mlir", "spike", "triton-spike")
@@ -48,6 +51,7 @@ class Cause:
     summary: str = ""
     shown: str = ""
     wrong_side: str = "compiled"
+    also_checked: str = ""          # what a run elsewhere showed (another device or version), with when
     search: "Search | None" = None
     mlir_opt: object = None         # report.mlir_opt_bundle.MlirRepro: the bug in MLIR's own terms
     entries: list = dataclasses.field(default_factory=list)
@@ -189,6 +193,7 @@ def analysis(cause: Cause, shown) -> str:
     shows a reproducer of its own)."""
     from torchsim_diff.report.bundles import COMPILER_NAMES, expression
     parts = [cause.summary.strip()] if cause.summary.strip() else []
+    parts += [cause.also_checked.strip()] if cause.also_checked.strip() else []
     if cause.status == "fixed":
         parts.append(f"Fixed upstream{' in ' + cause.fixed_in if cause.fixed_in else ''}: {cause.upstream}")
 
