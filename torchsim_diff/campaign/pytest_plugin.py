@@ -130,7 +130,7 @@ def pytest_addoption(parser):
 # Option -> check of its value (torchsim_diff.campaign.options), run before anything starts.
 OPTION_CHECKS = {"--routes": options.route_list, "--fuzz-dtypes": options.dtype_list,
                  "--fuzz-examples": options.positive_int, "--fuzz-shards": options.positive_int,
-                 "--fuzz-timeout": options.positive_seconds}
+                 "--fuzz-timeout": options.positive_seconds, "--fuzz-reduce-budget": options.non_negative_seconds}
 
 
 def _validate_options(config) -> None:
@@ -587,7 +587,7 @@ class FuzzSession:
         """bucket -> its row in the bucket history (BucketStore.buckets)."""
         from torchsim_diff.triage.bucket_history import BucketStore
         try:
-            return BucketStore(self._history_path()).buckets
+            return BucketStore(self._history_path(), read_only=True).buckets
         except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks and times only
             return {}
 
