@@ -18,6 +18,7 @@ What the tool writes whole (a report page, a bundle's files) goes through `repla
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -190,9 +191,14 @@ def replace_text(path: str, text: str) -> None:
     is written as its escape."""
     tmp = f"{path}.tmp-{os.getpid()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
-    with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)              # a full disk leaves no half page behind
+        raise
 
 
 def _os_reason(exc: OSError) -> str:
