@@ -130,7 +130,11 @@ def _check_file(path: str) -> bool:
 
 def _check_log(path: str) -> None:
     """Frames of the write-ahead log SQLite would drop: warned of, the file copied aside with its log."""
-    dropped = dropped_frames(path + "-wal", files.BUCKET_HISTORY.max_bytes)
+    try:
+        exists = files.check_regular(path + "-wal", files.BUCKET_HISTORY)
+        dropped = dropped_frames(files.read_bytes(path + "-wal", files.BUCKET_HISTORY)) if exists else 0
+    except files.UnreadableFile as exc:
+        raise StorageError(f"bucket history's log {exc}") from None
     if dropped:
         target = _copy_aside(path, f"damaged-log-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
         _warn(f"bucket history {path}: its write-ahead log holds {dropped} frame(s) past a damaged one, which "
