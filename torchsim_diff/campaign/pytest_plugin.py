@@ -144,6 +144,22 @@ def _validate_options(config) -> None:
         except options.BadOption as exc:
             raise pytest.UsageError(f"{name}={value!r}: {exc}") from None
     _validate_weights(config)
+    _validate_report_dir(config.getoption("--report-dir"))
+
+
+def _validate_report_dir(folder) -> None:
+    """--report-dir as `fuzz --out` is checked: a folder this run may write, whose paths the run
+    writes are absent or what it makes there, never a symbolic link (campaign.run_folder)."""
+    from torchsim_diff.campaign import run_folder
+    if folder is None:
+        return
+    try:
+        options.out_folder(folder)
+    except options.BadOption as exc:
+        raise pytest.UsageError(f"--report-dir={folder!r}: {exc}") from None
+    why = run_folder.refusal(folder)
+    if why:
+        raise pytest.UsageError(f"--report-dir: {why}")
 
 
 def _validate_weights(config) -> None:
