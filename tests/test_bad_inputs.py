@@ -275,13 +275,19 @@ PLUGIN_BAD = [
     (["--fuzz-shards", "0"], "not a positive integer"),
     (["--fuzz-timeout", "0"], "at least 1"),
     (["--fuzz-timeout", "nan"], "at least 1"),
+    (["--fuzz-timeout", "1e308"], "is over a day"),
+    (["--fuzz-budget", "9" * 400], "is over 30 days"),
+    (["--fuzz-reduce-budget", "inf"], "must be a finite number of seconds"),
+    (["--report-dir", "linked"], "linked/report.html is a symbolic link"),
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("argv,fragment", PLUGIN_BAD, ids=[" ".join(a) for a, _ in PLUGIN_BAD])
+@pytest.mark.parametrize("argv,fragment", PLUGIN_BAD, ids=[" ".join(a)[:40] for a, _ in PLUGIN_BAD])
 def test_bad_pytest_options_are_usage_errors(tmp_path, argv, fragment):
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "report.html").symlink_to(tmp_path / "test_nothing.py")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", str(tmp_path), *argv],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]

@@ -1,6 +1,6 @@
 """Fault injection: killed writers, torn tails, a full disk, shared histories, workers dying
 while they start, damaged histories, route workers killed from outside (at start-up, mid-case,
-mid-reduction), SIGINT and SIGTERM mid-campaign. Each checks that no record and no bucket is
+mid-reduction), SIGINT, SIGTERM and SIGHUP mid-campaign. Each checks that no record and no bucket is
 lost, and that no bucket is filed for a fault of ours or of the machine's."""
 import json
 import multiprocessing
@@ -25,12 +25,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]   # whole campaigns: the e2e se
 
 
 def _cli(*argv, env=None):
-    """The console command in a subprocess, as users run it from a terminal: with SIGINT's
-    default action, which a test run started in the background by a shell lacks (it inherits
-    SIGINT ignored, and so would the command)."""
+    """The console command in a subprocess, as users run it from a terminal: with SIGINT's and
+    SIGHUP's default actions, which a test run started in the background by a shell (or under
+    nohup) lacks (it inherits them ignored, and so would the command)."""
     return subprocess.Popen([sys.executable, "-m", "torchsim_diff", *argv], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env, preexec_fn=_default_signals)
+
+
+def _default_signals():
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
 
 
 def _lines(path) -> list:
@@ -228,8 +232,8 @@ def test_a_damaged_history_is_moved_aside_with_a_warning_never_overwritten(tmp_p
     assert store.add(_failing("b1")) and set(BucketStore(str(path)).buckets) == {"b1"}
 
 
-@pytest.mark.parametrize("content", ['{"schema": 1, "buckets": {"b": {"rou', "[1, 2, 3]", '{"buckets": 7}'],
-                         ids=["truncated", "a list", "wrong shape"])
+@pytest.mark.parametrize("content", ['{"schema": 1, "buckets": {"b": {"rou', '{"buckets": {"b": {"route": "r"}}}'],
+                         ids=["truncated", "an entry without its fields"])
 def test_a_damaged_json_history_is_moved_aside_not_replaced(tmp_path, capsys, content):
     legacy = tmp_path / "buckets.json"
     legacy.write_text(content)
@@ -238,6 +242,16 @@ def test_a_damaged_json_history_is_moved_aside_not_replaced(tmp_path, capsys, co
     (moved,) = [p for p in os.listdir(tmp_path) if ".unreadable-" in p]
     assert (tmp_path / moved).read_text() == content and "moved aside" in err and err.count("\n") == 1
     assert store.add(_failing("b1"))
+
+
+@pytest.mark.parametrize("content", ["[1, 2, 3]", '{"buckets": 7}'], ids=["a list", "no buckets object"])
+def test_a_json_file_of_another_shape_is_refused_never_renamed(tmp_path, content):
+    from torchsim_diff.results.jsonl import StorageError
+    legacy = tmp_path / "buckets.json"
+    legacy.write_text(content)
+    with pytest.raises(StorageError, match="is no JSON history torchsim-diff made"):
+        BucketStore(str(legacy))
+    assert not [p for p in os.listdir(tmp_path) if "unreadable" in p] and legacy.read_text() == content
 
 
 def test_a_json_history_is_imported_once(tmp_path):
@@ -489,9 +503,10 @@ def test_a_failure_that_does_not_fail_again_is_kept_as_found_and_the_run_goes_on
     assert flaky.failed and flaky.bucket is not None and flaky.refined is None     # in its raw bucket
 
 
-# -- SIGINT and SIGTERM ------------------------------------------------------------------------
+# -- SIGINT, SIGTERM and SIGHUP -----------------------------------------------------------------
 @pytest.mark.e2e
-@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)],
+                         ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_a_signal_mid_campaign_leaves_whole_records_and_prints_the_summary(tmp_path, fault_routes, monkeypatch,
                                                                            signum, status):
     monkeypatch.setenv("DOUBLE_CASE_S", "2")        # the case in flight must not be waited for

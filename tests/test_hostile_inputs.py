@@ -141,6 +141,7 @@ def _make_world(w: World) -> None:
     w.folder("entries-with-fifo")
     w.fifo("entries-with-fifo/one.json")
     # results files
+    w.results("good.jsonl", RECORD)
     w.results("bucket-list.jsonl", {**RECORD, "bucket": ["b1"]})
     w.results("deep.jsonl", "[" * 100_000 + "]" * 100_000)
     w.results("deep-field.jsonl", {**RECORD, "second_size": nested(80)})
@@ -183,6 +184,7 @@ def _make_world(w: World) -> None:
     _history(w, "history-list.sqlite", RECORD, record_sql="[1, 2]")
     _history(w, "history-route-number.sqlite", RECORD, record_sql=json.dumps({**RECORD, "route": 5}))
     # kernel captures
+    w.launch("launch-good", launch_meta())
     w.launch("launch-not-json", "{nope")
     w.launch("launch-list", "[1, 2]")
     w.launch("launch-deep", "[" * 100_000 + "]" * 100_000)
@@ -219,6 +221,13 @@ def _make_world(w: World) -> None:
         w.add(name, os.path.join(w.root, name))
     w.file("index-nested/kernels/index.json", "[" * 5000 + "]" * 5000)
     w.add("index-nested", os.path.join(w.root, "index-nested"))
+    # run folders whose inside is not the run's to write
+    w.link("out-report-link/report.html", os.path.join(secret, "id_rsa"))
+    w.link("out-artifacts-link/artifacts", secret)
+    w.folder("out-report-dir/report.html")
+    w.file("out-buckets-file/buckets", "x")
+    for name in ("out-report-link", "out-artifacts-link", "out-report-dir", "out-buckets-file"):
+        w.add(name, os.path.join(w.root, name))
 
 
 def _history(w: World, name: str, record: dict, *, record_sql: str | None = None) -> str:
@@ -293,6 +302,11 @@ HOSTILE = [
     ("shards without ray", [*FUZZ, "--shards", "4"], "--shards 4 applies only with --ray"),
     ("shards 0 with ray", [*FUZZ, "--ray", "local", "--shards", "0"], "'0' is not a positive integer"),
     ("budget nan", [*FUZZ, "--budget", "nan"], "budget='nan' is not a duration"),
+    ("budget of 400 nines", [*FUZZ, "--budget", "9" * 400], "is over 30 days; pass at most 720h"),
+    ("budget of 31 days", [*FUZZ, "--budget", "744h"], "budget='744h' is over 30 days"),
+    ("timeout 1e308", [*FUZZ, "--timeout", "1e308"], "'1e308' is over a day; pass at most 86400 seconds"),
+    ("timeout of nine days (past select's limit)", [*FUZZ, "--timeout", str(9 * 86400)], "'777600' is over a day"),
+    ("reduce-budget 1e308", [*FUZZ, "--reduce-budget", "1e308"], "'1e308' is over a day"),
     # fuzz: filters that leave nothing to draw
     ("float-only op with int32", [*FUZZ, "--ops", "exp", "--dtype", "int32"],
      "--ops exp with --dtype int32 leaves nothing to draw: no op there takes dtype int32"),
@@ -310,6 +324,14 @@ HOSTILE = [
      "over the 4 GiB cap on bucket histories"),
     ("legacy bucket history a folder", [*FUZZ, "--buckets", "{legacy_dir_json}"], "a folder, not a regular file"),
     ("bucket history under a file", [*FUZZ, "--buckets", "{a_file}/h.sqlite"], "cannot be created"),
+    ("out with report.html a symlink", [*FUZZ, "--out", "{out_report_link}"],
+     "report.html is a symbolic link: a run writes only into its own folder"),
+    ("out with artifacts a symlink", [*FUZZ, "--out", "{out_artifacts_link}"], "artifacts is a symbolic link"),
+    ("out with report.html a folder", [*FUZZ, "--out", "{out_report_dir}"],
+     "report.html is a folder where the run writes a file"),
+    ("out with buckets a file", [*FUZZ, "--out", "{out_buckets_file}"], "buckets is a file where the run makes a folder"),
+    ("out a 600-character folder name", [*FUZZ, "--out", "{root}/" + "d" * 600],
+     "holds a name of 600 characters; the file system takes at most 255 bytes per name"),
     # replay
     ("replay case over the cap", ["replay", "{huge_json}", "--routes", "eager"], "over the 64 MiB cap on case files"),
     ("replay case nested 100000 deep", ["replay", "{deep_json}", "--routes", "eager"], "nested deeper than 64 levels"),
@@ -331,6 +353,10 @@ HOSTILE = [
      "is a folder, not a file"),
     ("reduce output under a file", ["reduce", "{good_json}", "--route", "eager", "--output", "{a_file}/r.json"],
      "a_file' is a file, not a folder"),
+    ("reduce jobs 10000", ["reduce", "{good_json}", "--route", "eager", "--jobs", "10000"],
+     f"'10000' is over the cap of {os.cpu_count()} jobs (one per core here)"),
+    ("reduce timeout 1e308", ["reduce", "{good_json}", "--route", "eager", "--timeout", "1e308"], "is over a day"),
+    ("replay timeout 1e308", ["replay", "{good_json}", "--routes", "eager", "--timeout", "1e308"], "is over a day"),
     # export: a bucket id from run folders
     ("export --to an existing file", ["export", "b1", "--to", "{a_file}", "--from", "{run_abs}"],
      "is a file, not a folder"),
@@ -622,3 +648,292 @@ def test_a_csv_cell_a_spreadsheet_would_evaluate_is_quoted(tmp_path, capsys):
                  "--format", "csv"]) == 0
     out = capsys.readouterr().out
     assert "'=HYPERLINK" in out and ",=HYPERLINK" not in out and '"=HYPERLINK' not in out
+
+
+# -- folders the user cannot write ---------------------------------------------------------
+@contextlib.contextmanager
+def read_only_folder(folder, fill=lambda folder: None):
+    """`folder`, holding what `fill(folder)` writes there, made read-only: a tmpfs remounted
+    read-only when root (root writes through permissions), else a chmod'ed folder."""
+    if os.geteuid() != 0:
+        fill(folder)
+        os.chmod(folder, 0o500)
+        try:
+            yield folder
+        finally:
+            os.chmod(folder, 0o700)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.decode().strip()}")
+    try:
+        fill(folder)
+        subprocess.run(["mount", "-o", "remount,ro", str(folder)], check=True)
+        yield folder
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=False)     # lazy: a file left open does not keep it
+
+
+def test_a_read_only_current_folder_without_out_is_one_line_before_any_work(tmp_path, monkeypatch, capsys):
+    from torchsim_diff.cli import main
+    here = tmp_path / "here"
+    here.mkdir()
+    with read_only_folder(here):
+        monkeypatch.chdir(here)
+        try:
+            code = main([a for a in FUZZ if "{tmp}" not in a and a != "--out"])
+        finally:
+            monkeypatch.chdir(tmp_path)         # out of the folder before it is unmounted
+    captured = capsys.readouterr()
+    _one_clean_line(code, captured.out, captured.err, "no --out given, and the default run folder 'reports/run-")
+    assert "is not writable" in captured.err and "pass another folder with --out" in captured.err
+
+
+# -- the bucket history is verified before it is trusted ------------------------------------
+def _made_history(folder, bucket: str = "b1") -> str:
+    from torchsim_diff.results.record import Record
+    from torchsim_diff.triage.bucket_history import BucketStore
+    path = os.path.join(folder, "h.sqlite")
+    store = BucketStore(path)
+    store.add(Record.from_dict({**RECORD, "bucket": bucket}))
+    store.settle(bucket)
+    store.close()
+    return path
+
+
+def _table_history(capsys, results, history) -> tuple:
+    from torchsim_diff.cli import main
+    code = main(["table", str(results), "--tables", "history", "--buckets", str(history)])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return code, captured.out, captured.err
+
+
+def _other_applications_file(path) -> bytes:
+    """An SQLite file of another application, in rollback-journal mode."""
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
+        db.execute("INSERT INTO notes (text) VALUES ('mine')")
+    return open(path, "rb").read()
+
+
+def test_a_file_the_tool_did_not_make_is_refused_in_one_line_and_left_as_it_is(world, tmp_path, capsys):
+    from torchsim_diff.cli import main
+    results = world.paths["good_jsonl"]
+    foreign = tmp_path / "notes.sqlite"
+    before = _other_applications_file(foreign)
+    old_results = tmp_path / "old" / "results.jsonl"
+    old_results.parent.mkdir()
+    old_results.write_text(json.dumps(RECORD) + "\n")
+    runs = tmp_path / "runs"
+    for argv, fragment in ((["table", results, "--tables", "history", "--buckets", str(foreign)],
+                            "its table(s) 'notes' are not ours"),
+                           (_argv([*FUZZ, "--buckets", str(foreign), "--out", str(runs / "a")], world, tmp_path),
+                            "is no history torchsim-diff made"),
+                           (_argv([*FUZZ, "--buckets", str(old_results), "--out", str(runs / "b")], world, tmp_path),
+                            "results.jsonl is no SQLite file")):
+        code = main(argv)
+        captured = capsys.readouterr()
+        _one_clean_line(code, captured.out, captured.err, fragment)
+    assert foreign.read_bytes() == before and sorted(os.listdir(tmp_path / "old")) == ["results.jsonl"]
+    assert sorted(os.listdir(tmp_path)) == ["notes.sqlite", "old"], "a refused history was renamed or a run began"
+
+
+def test_a_read_command_changes_nothing_and_reads_a_history_in_a_read_only_folder(world, tmp_path, capsys):
+    from torchsim_diff.triage.history_file import COLUMNS
+    results = world.paths["good_jsonl"]
+    older = tmp_path / "older.sqlite"        # an earlier version's history: one table, rollback journal
+    with contextlib.closing(sqlite3.connect(older)) as db, db:
+        db.execute(f"CREATE TABLE buckets ({', '.join(COLUMNS['buckets'])})")
+        db.execute("INSERT INTO buckets VALUES ('b-old', 'r', 'wrong_values', 'relu', 'm', 'then', 2, '[1, 1, 1]', '{}')")
+    before = older.read_bytes()
+    code, out, err = _table_history(capsys, results, older)
+    assert code == 0 and "b-old" in out and not err, (out, err)
+    assert older.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["older.sqlite"]
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+    with read_only_folder(shelf, _made_history) as folder:
+        code, out, err = _table_history(capsys, results, os.path.join(folder, "h.sqlite"))
+    assert code == 0 and "b1" in out and not err, (out, err)
+
+
+def test_a_damaged_history_in_a_read_only_folder_is_copied_aside_with_a_warning(world, tmp_path, capsys):
+    damaged = b"SQLite format 3\x00" + b"\x13" * 500
+    shelf = tmp_path / "shelf"
+    shelf.mkdir()
+
+    def fill(folder):
+        with open(os.path.join(folder, "h.sqlite"), "wb") as handle:
+            handle.write(damaged)
+    with read_only_folder(shelf, fill) as folder:
+        code, out, err = _table_history(capsys, world.paths["good_jsonl"], os.path.join(folder, "h.sqlite"))
+        assert open(os.path.join(folder, "h.sqlite"), "rb").read() == damaged
+    assert code == 0 and err.count("\n") == 1 and "could not be read" in err and "left where it is" in err, err
+    copy = err.split("copied to ")[1].split(", read as empty")[0]
+    assert open(copy, "rb").read() == damaged
+    os.unlink(copy)
+
+
+def test_a_cell_of_the_wrong_type_is_left_out_and_counted(world, tmp_path, capsys):
+    path = _made_history(tmp_path, "b1")
+    _made_history(tmp_path, "b2")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE buckets SET message = CAST(x'ff00fe' AS TEXT), count = 'many' WHERE bucket = 'b1'")
+    code, out, err = _table_history(capsys, world.paths["good_jsonl"], path)
+    assert code == 0 and "b2" in out and "b1" not in out, out
+    assert err.count("\n") == 1 and "1 row(s) left out, their cells not of their column's type" in err, err
+
+
+def _history_with_its_log(folder) -> tuple:
+    """A history whose last buckets are still in its write-ahead log (a writer holds it open),
+    copied with its log into `folder`: (path, the log's bytes)."""
+    from torchsim_diff.results.record import Record
+    from torchsim_diff.triage.bucket_history import BucketStore
+    live = os.path.join(folder, "live")
+    os.mkdir(live)
+    store = BucketStore(os.path.join(live, "h.sqlite"))
+    store._db.execute("PRAGMA wal_autocheckpoint=0")
+    for bucket in ("b1", "b2", "b3"):
+        store.add(Record.from_dict({**RECORD, "bucket": bucket}))
+    path = os.path.join(folder, "h.sqlite")
+    for suffix in ("", "-wal"):
+        with open(os.path.join(live, "h.sqlite" + suffix), "rb") as source, open(path + suffix, "wb") as copy:
+            copy.write(source.read())
+    store.close()
+    return path, open(path + "-wal", "rb").read()
+
+
+def test_damaged_frames_of_the_history_log_are_noticed_not_read_as_no_buckets(world, tmp_path, capsys):
+    path, log = _history_with_its_log(tmp_path)
+    page = int.from_bytes(log[8:12], "big")
+    damaged = bytearray(log)
+    damaged[32 + 24 + 100] ^= 0xFF                       # the first frame's page: every frame after it is dropped
+    with open(path + "-wal", "wb") as handle:
+        handle.write(damaged)
+    code, out, err = _table_history(capsys, world.paths["good_jsonl"], path)
+    assert code == 0 and err.count("\n") == 1, err
+    frames = (len(log) - 32) // (24 + page)
+    assert f"its write-ahead log holds {frames} frame(s) past a damaged one" in err, err
+    copy = err.split("copied with its log to ")[1].strip()
+    assert open(copy + "-wal", "rb").read() == bytes(damaged)
+
+
+def test_a_torn_last_transaction_of_the_history_log_is_no_damage(world, tmp_path, capsys):
+    """A writer killed mid-commit (or still writing while this reads) leaves a last frame that
+    fails its checksum with no whole commit after it: SQLite rightly drops it, silently."""
+    path, log = _history_with_its_log(tmp_path)
+    torn = bytearray(log)
+    torn[-100] ^= 0xFF                                   # the last frame's page
+    with open(path + "-wal", "wb") as handle:
+        handle.write(torn)
+    code, out, err = _table_history(capsys, world.paths["good_jsonl"], path)
+    assert code == 0 and "b1" in out and not err, (out, err)
+
+
+# -- the end of a run: hang-ups, closed output, signals while starting ----------------------
+class _NotTakenOver(Exception):
+    pass
+
+
+def _not_taken_over(signum, frame):
+    raise _NotTakenOver(signum)
+
+
+def test_sighup_ends_a_run_as_sigterm_does_unless_nohup_ignores_it():
+    """SIGHUP raises what SIGTERM raises inside the command's block. Outside it (and should the
+    block not take SIGHUP over) a handler of the test's own catches it, not the default action,
+    which would end this process."""
+    import signal
+    import time
+    from torchsim_diff.campaign.interrupts import Terminated, sigterm_as_interrupt
+    outer = signal.signal(signal.SIGHUP, _not_taken_over)
+    try:
+        with pytest.raises(Terminated) as raised, sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGHUP)
+            for _ in range(100):          # the handler runs between two bytecodes of this loop
+                time.sleep(0.05)
+        assert raised.value.signum == signal.SIGHUP
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)          # as under nohup
+        with sigterm_as_interrupt():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, outer)
+
+
+def test_a_signal_during_start_up_still_prints_the_summary_and_writes_the_report(tmp_path, monkeypatch, capsys):
+    import signal
+    from torchsim_diff.campaign import fuzz
+    from torchsim_diff.campaign.interrupts import Terminated
+    from torchsim_diff.cli import main
+
+    def signal_arrives(opts):
+        raise Terminated("SIGTERM received", signal.SIGTERM)
+    monkeypatch.setattr(fuzz, "load_known", signal_arrives)          # the first step of the campaign's start-up
+    code = main([a.format(tmp=tmp_path) for a in FUZZ])
+    out = capsys.readouterr().out
+    assert code == 143 and "Summary" in out and "(interrupted by SIGTERM)" in out, out
+    assert os.path.isfile(tmp_path / "run" / "report.html")
+
+
+def test_output_whose_reader_left_changes_neither_the_exit_status_nor_the_report(tmp_path, double_routes,
+                                                                                 monkeypatch):
+    """`fuzz ... | head -1`: here the pipe's reader is gone before the first line."""
+    from torchsim_diff.cli import EXIT_FINDINGS, main
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    monkeypatch.setattr(sys, "stdout", open(write_end, "w", buffering=1))
+    argv = ["fuzz", "--routes", "double-wrong-element", "--ops", "relu", "--max-examples", "1", "--no-reduce",
+            "--no-self-check", "--buckets", "none", "--known-bugs", "none", "--out", str(tmp_path / "run")]
+    assert main(argv) == EXIT_FINDINGS
+    assert os.path.isfile(tmp_path / "run" / "report.html")
+
+
+# -- odd but real ---------------------------------------------------------------------------
+def test_a_route_entry_that_cannot_load_a_newline_in_a_file_name_and_cuda_without_a_gpu_are_one_line(
+        world, tmp_path, capsys, monkeypatch):
+    from torchsim_diff.cli import main
+    from torchsim_diff.routes import EXTRA_ROUTES_ENV
+    monkeypatch.setenv(EXTRA_ROUTES_ENV, "gone=no_such_module_anywhere:Route,typo=tests.route_doubles:NoSuchRoute")
+    broken = tmp_path / "two\nlines.json"
+    broken.write_text("{nope")
+    rows = [([*FUZZ, "--routes", "gone"], "route 'gone' cannot be loaded from 'no_such_module_anywhere:Route' "
+                                          "(ModuleNotFoundError"),
+            (["reduce", "{good_json}", "--route", "typo"], "route 'typo' cannot be loaded"),
+            (["replay", str(broken), "--routes", "eager"], "two\\nlines.json")]
+    import torch
+    if not torch.cuda.is_available():
+        rows.append((["kernel", "replay", "{launch_good}", "--executor", "cuda"],
+                     "--executor cuda needs a CUDA GPU and a CUDA build of torch; none is available here"))
+    for argv, fragment in rows:
+        code = main(_argv(argv, world, tmp_path))
+        captured = capsys.readouterr()
+        _one_clean_line(code, captured.out, captured.err, fragment)
+
+
+def _outside_fences(markdown: str) -> str:
+    """The text of `markdown` outside its code fences (a fence closes only on its own length)."""
+    outside, fence = [], None
+    for line in markdown.splitlines():
+        run = len(line) - len(line.lstrip("`"))
+        if fence is None and run >= 3:
+            fence = run
+        elif fence is not None and run >= fence and not line.strip("`"):
+            fence = None
+        elif fence is None:
+            outside.append(line)
+    return "\n".join(outside)
+
+
+def test_raw_html_from_a_message_or_a_cause_lands_in_issue_md_only_inside_code_fences(tmp_path):
+    from torchsim_diff.report.bundles import write_bundle
+    from torchsim_diff.results.record import Record
+    message = "output 0: values differ\n```\n<img src=x onerror=alert(1)>\n````"
+    record = Record.from_dict({**RECORD, "route": "eager", "message": message})
+    folder = write_bundle(record, str(tmp_path / "bundle"), heading="<script>alert(1)</script> in `a<b`",
+                          analysis="cast<Ty>() fails; <iframe src=x></iframe>")
+    issue = open(os.path.join(folder, "ISSUE.md"), encoding="utf-8").read()
+    assert "<img src=x onerror=alert(1)>" in issue          # the message is quoted whole, as data
+    outside = _outside_fences(issue)
+    assert "`a<b`" in outside and "&lt;script>" in outside and "cast&lt;Ty>()" in outside
+    for tag in ("<img", "<script", "<iframe"):
+        assert tag not in outside, outside

@@ -1,10 +1,12 @@
 """`torchsim-diff` command line. Exit status: 0 clean, 1 findings, 2 usage or environment error,
-130 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM).
+130 interrupted (SIGINT, Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP).
 
 User mistakes (unknown route or op, malformed case JSON, missing files) print one line
-starting with "torchsim-diff: error:" and exit 2; they never print a traceback. SIGTERM ends
-a command as Ctrl-C does: `fuzz` keeps every record written, prints its summary and the
-results path, and exits 143 (130 for Ctrl-C); a second SIGTERM ends the process at once.
+starting with "torchsim-diff: error:" and exit 2; they never print a traceback. SIGTERM (and
+SIGHUP) ends a command as Ctrl-C does: `fuzz` keeps every record written, prints its summary
+and the results path, and exits 143 (129 for SIGHUP, 130 for Ctrl-C); a second one ends the
+process at once. Output whose reader left (`| head -1`) changes neither the work nor the exit
+status (campaign.closed_output).
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ import sys
 import time
 
 from torchsim_diff.campaign import bytecode
-from torchsim_diff.campaign.interrupts import Terminated, sigterm_as_interrupt
+from torchsim_diff.campaign.interrupts import Terminated, exit_status, sigterm_as_interrupt, signal_of
 from torchsim_diff.campaign import options as opt
 from torchsim_diff.campaign.budget import budget_seconds
+from torchsim_diff.campaign.closed_output import output_may_close
 from torchsim_diff.generate.switches import GRAPH_NODES
 from torchsim_diff.results.jsonl import StorageError
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
@@ -28,8 +31,8 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNTESTED, EXIT_INTERRUPTED, EXIT_TER
 EXIT_STATUS_HELP = ("exit status: 0 clean, 1 confirmed findings (failures that are no known bug, in buckets whose "
                     "self-check reproduced them), 2 usage or environment error (one line), 3 no confirmed finding "
                     "but a route could not be tested (unavailable here, or abandoned after crashing "
-                    "again and again), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); an interrupted fuzz "
-                    "keeps its records and prints its summary")
+                    "again and again), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung up (SIGHUP); "
+                    "an interrupted fuzz keeps its records and prints its summary")
 UNBOUNDED_EXAMPLES = 10**9       # --budget without --max-examples: cases until the budget is spent
 DEFAULT_HISTORY = os.path.join("reports", "buckets.sqlite")
 LEDGER_DEFAULT_HELP = "corpora/known in the current folder, else the copy installed with torchsim-diff"
@@ -50,7 +53,14 @@ def _split(text: str | None) -> list | None:
 
 def _warn(line: str) -> None:
     if line:
-        sys.stderr.write(f"torchsim-diff: warning: {line}\n")
+        sys.stderr.write(f"torchsim-diff: warning: {_one_line(line)}\n")
+
+
+def _one_line(text) -> str:
+    """A message as one line: a newline or a terminal escape from a file name or a file's
+    text is printed as its escape (report.tables.printable)."""
+    from torchsim_diff.report.tables import printable
+    return printable(str(text))
 
 
 def _default_out() -> str:
@@ -116,23 +126,22 @@ def _route_or_usage(name: str):
 # -- fuzz -------------------------------------------------------------------------------
 def cmd_fuzz(args) -> int:
     """Run a campaign; print a summary table; exit with a status of EXIT_STATUS_HELP."""
-    from torchsim_diff.campaign.fuzz import CampaignOptions
+    from torchsim_diff.campaign.fuzz import CampaignResult
     from torchsim_diff.report.tables import bucket_rows, render, summary_rows, unconfirmed_lines
     from torchsim_diff.generate.strategies import InvalidArgument
-    routes = args.routes
-    _check_fuzz(args)
-    opts = CampaignOptions(routes=routes, out_dir=args.out or _default_out(), max_examples=_max_examples(args),
-                           seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
-                           families=args.families, ops=args.ops,
-                           special_values=args.special_values, timeout_s=args.timeout,
-                           route_options=_route_options(args),
-                           bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
-                           reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
-                           batch=args.batch, known_bugs=_known_bugs(args), self_check=not args.no_self_check)
+    opts = None
     try:
+        _check_fuzz(args)
+        opts = _campaign_options(args)
         result = _run_fuzz(opts, args)
     except InvalidArgument as exc:
         raise UsageError(str(exc)) from None
+    except KeyboardInterrupt as exc:     # before the campaign handles its own: nothing ran yet
+        if opts is None:
+            print(f"interrupted by {signal.Signals(signal_of(exc)).name} while checking the options: nothing ran")
+            return exit_status(signal_of(exc))
+        result = CampaignResult()
+        result.interrupt(exc)
     print(render(summary_rows(result.records), "plain", "Summary"))
     standing = _standing_of(result, opts)
     if result.findings or result.unconfirmed:
@@ -147,21 +156,56 @@ def cmd_fuzz(args) -> int:
     _print_killed(result.records)
     print(f"\n{_counts(result)}, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (f" (interrupted by {signal.Signals(result.signal).name})" if result.interrupted else ""))
-    print(f"HTML report: {_write_html_report(opts.out_dir, result, standing)}")
+    reported = _print_html_report(opts.out_dir, result, standing)
     for route, reason in result.abandoned.items():
         print(f"route {route} could not be tested to the end: {reason}")
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
         print(note)
-    return _fuzz_status(result)
+    status = _fuzz_status(result)
+    return EXIT_USAGE if status == EXIT_CLEAN and not reported else status
+
+
+def _print_html_report(out_dir: str, result, standing) -> bool:
+    """Write the report and print its path; one line on stderr when it cannot be written (the
+    folder changed under the run: its paths were checked before it began). Whether it was."""
+    try:
+        print(f"HTML report: {_write_html_report(out_dir, result, standing)}")
+        return True
+    except OSError as exc:
+        sys.stderr.write(f"torchsim-diff: error: the HTML report could not be written in {out_dir}: "
+                         f"{exc.strerror or exc}{f' ({exc.filename})' if exc.filename else ''}\n")
+        return False
+
+
+def _campaign_options(args):
+    """CampaignOptions from `fuzz`'s arguments, once _check_fuzz has checked them."""
+    from torchsim_diff.campaign.fuzz import CampaignOptions
+    return CampaignOptions(routes=args.routes, out_dir=args.out, max_examples=_max_examples(args),
+                           seed=args.seed, dtype=args.dtype, max_nodes=args.max_nodes,
+                           families=args.families, ops=args.ops,
+                           special_values=args.special_values, timeout_s=args.timeout,
+                           route_options=_route_options(args),
+                           bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
+                           reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
+                           batch=args.batch, known_bugs=_known_bugs(args), self_check=not args.no_self_check)
 
 
 def _standing_of(result, opts):
     """Each bucket's status (report.standing): the run's NEW and unconfirmed buckets, the
     ledger's causes, the bucket history's first sightings."""
     from torchsim_diff.report.standing import Standing
-    from torchsim_diff.triage.bucket_history import BucketStore
-    history = BucketStore(opts.bucket_store).buckets if opts.bucket_store else {}
+    history = _history_buckets(opts.bucket_store) if opts.bucket_store else {}
     return Standing.of_run(result.new_buckets, result.unconfirmed, known_folder=opts.known_bugs, history=history)
+
+
+def _history_buckets(path: str) -> dict:
+    """bucket -> its row in the history at `path` (BucketStore.buckets), read read-only."""
+    from torchsim_diff.triage.bucket_history import BucketStore
+    store = BucketStore(path, read_only=True)
+    try:
+        return store.buckets
+    finally:
+        store.close()
 
 
 def _write_html_report(out_dir: str, result, standing=None) -> str:
@@ -189,7 +233,7 @@ def _counts(result) -> str:
 
 def _fuzz_status(result) -> int:
     if result.interrupted:
-        return EXIT_TERMINATED if result.signal == signal.SIGTERM else EXIT_INTERRUPTED
+        return exit_status(result.signal)
     if result.findings:
         return EXIT_FINDINGS
     return EXIT_UNTESTED if result.abandoned or result.unavailable else EXIT_CLEAN
@@ -234,15 +278,33 @@ def _check_fuzz(args) -> None:
     history and the results file, --shards without --ray."""
     if args.shards is not None and not args.ray:
         raise UsageError(f"--shards {args.shards} applies only with --ray (a campaign on a Ray cluster)")
+    for route in args.routes:
+        _route_or_usage(route)
     _check_filters(args)
     if args.known_bugs not in (None, "none") and not os.path.isdir(args.known_bugs):
         what = "is not a folder" if os.path.exists(args.known_bugs) else "does not exist"
         raise UsageError(f"--known-bugs {args.known_bugs} {what}; pass a folder of known-bug corpus entries "
                          f"(e.g. corpora/known) or 'none'")
+    _check_run_folder(args)
     if args.buckets != "none":
         _check_history(args.buckets)
-    if args.out:
-        _check_results_file(os.path.join(args.out, "results.jsonl"))
+        _check_history_writable(args.buckets)
+
+
+def _check_run_folder(args) -> None:
+    """--out, or its default in the current folder, and the paths the run writes inside it
+    (campaign.run_folder): all checked before any work, none found wrong after the campaign."""
+    from torchsim_diff.campaign import run_folder
+    if args.out is None:
+        args.out = _default_out()
+        try:
+            opt.out_folder(args.out)
+        except opt.BadOption as exc:
+            raise UsageError(f"no --out given, and the default run folder {exc} with --out") from None
+    _check_results_file(os.path.join(args.out, "results.jsonl"))
+    why = run_folder.refusal(args.out)
+    if why:
+        raise UsageError(why)
 
 
 def _known_bugs(args) -> str | None:
@@ -275,19 +337,38 @@ def _filters(ops, families) -> str:
 
 
 def _check_history(path: str) -> None:
-    """A bucket history path: absent (it is created), or a regular file within its cap."""
+    """A bucket history path: absent (it is created), or a regular file within its cap that
+    is a history torchsim-diff made (triage.history_file.check_ours)."""
     from torchsim_diff import files
     from torchsim_diff.triage.bucket_history import legacy_path, store_path
+    from torchsim_diff.triage.history_file import check_ours
     for candidate, cap in ((store_path(path), files.BUCKET_HISTORY), (legacy_path(path), files.LEGACY_HISTORY)):
         try:
             files.check_regular(candidate, cap)
         except files.UnreadableFile as exc:
             raise UsageError(f"bucket history {exc}") from None
+    try:
+        check_ours(store_path(path))
+    except StorageError as exc:
+        raise UsageError(str(exc)) from None
     parent = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         raise UsageError(f"bucket history {path} cannot be created: {parent} is a file; pass another --buckets path")
+
+
+def _check_history_writable(path: str) -> None:
+    """A campaign adds to its bucket history: the file (and its folder, where SQLite keeps its
+    journal) must be writable, or the run would end at its first finding."""
+    from torchsim_diff.triage.bucket_history import store_path
+    path = store_path(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(folder):
+        folder = os.path.dirname(folder)
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"bucket history {path} cannot be written (no write permission on "
+                         f"{path if os.path.exists(path) else folder}); pass another --buckets path, or --buckets none")
 
 
 def _check_results_file(path: str) -> None:
@@ -344,7 +425,7 @@ def cmd_replay(args) -> int:
     entries, corrupt = [], []
     for entry, error in iter_entries(args.paths):
         if error is not None:
-            sys.stderr.write(f"torchsim-diff: error: corrupt entry skipped: {error}\n")
+            sys.stderr.write(f"torchsim-diff: error: corrupt entry skipped: {_one_line(error)}\n")
             corrupt.append(error)
         else:
             entries.append(entry)
@@ -378,7 +459,7 @@ def cmd_replay(args) -> int:
 def _replayed_line(done: int, planned: int, row: dict) -> None:
     """Progress on stderr as each replay ends (a ledger's worth, each failure reduced, takes minutes)."""
     cause = f"; {row['cause']}" if row.get("cause", "-") != "-" else ""
-    sys.stderr.write(f"[{done}/{planned}] {row['entry']} on {row['route']}: {row['got']}{cause}\n")
+    sys.stderr.write(_one_line(f"[{done}/{planned}] {row['entry']} on {row['route']}: {row['got']}{cause}") + "\n")
 
 
 def _cause_ledger(folder: str):
@@ -503,12 +584,14 @@ def _history_record(args) -> tuple:
     _check_history(args.buckets)
     if not any(os.path.exists(p) for p in (store_path(args.buckets), legacy_path(args.buckets))):
         raise UsageError(f"no bucket history at {args.buckets}; pass run folders with --from")
-    store = BucketStore(args.buckets)
+    store = BucketStore(args.buckets, read_only=True)
     where = store.path
     try:
         record = store.smallest_record(args.bucket)
     except BadRecord as exc:
         raise UsageError(f"bucket {args.bucket} in {where}: its record is unusable: {exc.reason}") from None
+    finally:
+        store.close()
     if record is None:
         raise UsageError(f"bucket {args.bucket!r} not found in {where}")
     return _resolved_artifacts(args.bucket, record, where, run_folder_of), where
@@ -667,12 +750,22 @@ def cmd_kernel_replay(args) -> int:
     from torchsim_diff.triage.kernels.launch_replay import replay_artifact
     if not os.path.exists(args.artifact):
         raise UsageError(f"{args.artifact}: no such capture")
+    if args.executor == "cuda":
+        _check_cuda()
     try:
         report = replay_artifact(args.artifact, executor=args.executor)
     except CaptureFormatError as exc:
         raise UsageError(str(exc) if str(exc).startswith(args.artifact) else f"{args.artifact}: {exc}") from None
     print(report.summary())
     return EXIT_CLEAN if report.ok else EXIT_FINDINGS
+
+
+def _check_cuda() -> None:
+    """--executor cuda where there is no GPU is an environment error (2), not a finding (1)."""
+    import torch
+    if not torch.cuda.is_available():
+        raise UsageError("--executor cuda needs a CUDA GPU and a CUDA build of torch; none is available here "
+                         "(use --executor interpreter)")
 
 
 # -- tables -----------------------------------------------------------------------------
@@ -721,9 +814,13 @@ def _history_rows(path: str) -> list:
     from torchsim_diff.triage.bucket_history import BucketStore, legacy_path, store_path
     if not any(os.path.exists(p) for p in (store_path(path), legacy_path(path))):
         raise UsageError(f"no bucket history at {path}; pass --buckets PATH")
-    return [{"bucket": bucket, "route": row["route"], "kind": row["kind"], "op": row["op"], "count": row["count"],
-             "first seen": row["first_seen"], "nodes": row["size"][0], "message": str(row["message"] or "")[:80]}
-            for bucket, row in BucketStore(path).buckets.items()]
+    store = BucketStore(path, read_only=True)
+    try:
+        return [{"bucket": bucket, "route": row["route"], "kind": row["kind"], "op": row["op"], "count": row["count"],
+                 "first seen": row["first_seen"], "nodes": row["size"][0], "message": str(row["message"] or "")[:80]}
+                for bucket, row in store.buckets.items()]
+    finally:
+        store.close()
 
 
 # -- parser -----------------------------------------------------------------------------
@@ -813,8 +910,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", "-o", type=opt.output_file,
                    help="where to write the reduced case (default: <out>/reduced.json)")
     p.add_argument("--out", type=opt.out_folder, help="folder for workers and artifacts (default: a temporary folder)")
-    p.add_argument("--jobs", type=opt.positive_int, default=None,
-                   help="cases checked in parallel (default: one per core)")
+    p.add_argument("--jobs", type=opt.job_count, default=None,
+                   help="cases checked in parallel, at most one per core (default: one per core)")
     p.add_argument("--max-runs", type=opt.positive_int, default=2000, help="route runs before stopping (default: 2000)")
     p.add_argument("--timeout", type=opt.positive_seconds, default=DEFAULT_TIMEOUT_S,
                    help=f"seconds per run before 'timeout' (default: {DEFAULT_TIMEOUT_S:g})")
@@ -867,24 +964,18 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     bytecode.redirect_this_process()
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), output_may_close():
             parser = build_parser()
             parser.epilog = "\n".join(filter(None, [parser.epilog, EXIT_STATUS_HELP]))
             args = parser.parse_args(argv)
             return args.func(args)
-    except UsageError as exc:
-        sys.stderr.write(f"torchsim-diff: error: {exc}\n")
-        return EXIT_USAGE
-    except StorageError as exc:
-        sys.stderr.write(f"torchsim-diff: error: {exc}\n")
+    except (UsageError, StorageError) as exc:
+        sys.stderr.write(f"torchsim-diff: error: {_one_line(exc)}\n")
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, Terminated)
         sys.stderr.write(f"torchsim-diff: {'terminated' if terminated else 'interrupted'}\n")
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
-    except BrokenPipeError:                  # output piped into `head` and the like
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return EXIT_CLEAN
+        return exit_status(signal_of(exc))
 
 
 if __name__ == "__main__":

@@ -13,9 +13,12 @@ path, says what was wrong and names the cap:
 
 The file is opened without blocking (a FIFO is refused at once, not waited on) and checked
 on the descriptor it was opened as, so a symlink is judged by what it points at.
+
+What the tool writes whole (a report page, a bundle's files) goes through `replace_text`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import fcntl
@@ -179,6 +182,23 @@ def depth_over(value, limit: int) -> bool:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
+
+
+def replace_text(path: str, text: str) -> None:
+    """Write `path` whole through a temporary file beside it and a rename: a reader never sees
+    half a file, and a symbolic link at `path` is replaced, never followed (nor one at the
+    temporary name: O_NOFOLLOW). Text no encoding can hold (a lone surrogate from a record)
+    is written as its escape."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)              # a full disk leaves no half page behind
+        raise
 
 
 def _os_reason(exc: OSError) -> str:

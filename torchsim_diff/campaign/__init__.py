@@ -6,7 +6,9 @@
     budget         time budgets: when to stop drawing, how long shrinking may go on
     progress       live progress per route
     options        option values checked where they are parsed
-    interrupts     SIGTERM ends a run as Ctrl-C does
+    interrupts     SIGTERM and SIGHUP end a run as Ctrl-C does
+    closed_output  output whose reader left (`| head -1`) changes neither the work nor the status
+    run_folder     what a run writes in its --out folder, checked before any work
     bucket_claims  which pytest item raises a bucket
     bytecode       where campaign Pythons write bytecode
 """

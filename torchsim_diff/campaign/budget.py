@@ -23,6 +23,9 @@ SHRINK_SHARE = 0.2
 CHECK_SHARE = 0.4              # of the closing time, kept for self-checking the new buckets
 MIN_ITEM_S = 5.0               # an item's first case before the drawing deadline opens at least this
 GRACE_S = 20.0                 # a case started just before the end may still finish
+# A campaign is a night or a week-end; a longer budget is a typo, and an endless one (400
+# nines read as inf) ends the progress thread on its first sum.
+MAX_BUDGET_S = 30 * 86400.0
 _UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*$")
 
@@ -33,11 +36,19 @@ class BudgetSpent(BaseException):
 
 
 def parse_duration(text) -> float:
-    """Seconds from "600", "600s", "10m", "1.5h"."""
+    """Seconds from "600", "600s", "10m", "1.5h": more than 0, at most MAX_BUDGET_S."""
     match = _DURATION.match(str(text))
     if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"budget={text!r} is not a duration; use seconds or a unit, e.g. 600, 90s, 10m, 1h")
-    return float(match.group(1)) * _UNITS[match.group(2)]
+        raise ValueError(f"budget={_shown(text)} is not a duration; use seconds or a unit, e.g. 600, 90s, 10m, 1h")
+    seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds > MAX_BUDGET_S:
+        raise ValueError(f"budget={_shown(text)} is over 30 days; pass at most {MAX_BUDGET_S / 3600:.0f}h")
+    return seconds
+
+
+def _shown(text, limit: int = 40) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[:limit - 3] + "..."
 
 
 class Budget:

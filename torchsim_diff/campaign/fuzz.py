@@ -16,7 +16,7 @@ Faults are survived: a route worker killed from outside costs its case alone, re
 `tool_error` (worker.client.RouteWorker.collect); a failure that does not fail again when
 reduced is kept as found, and an error in triaging a case stays on its record (run.runner). An interrupt (KeyboardInterrupt, which the command also raises
 for SIGTERM) kills the route workers at once, drops the case in flight and ends the run with
-everything written so far.
+everything written so far; one during start-up (before the first case) ends it the same way.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class CampaignResult:
     records: list = dataclasses.field(default_factory=list)      # results.record.Record
     unavailable: dict = dataclasses.field(default_factory=dict)
     interrupted: bool = False
-    signal: int | None = None          # what interrupted it: SIGINT (Ctrl-C) or SIGTERM
+    signal: int | None = None          # what interrupted it: SIGINT (Ctrl-C), SIGTERM or SIGHUP
     new_buckets: set = dataclasses.field(default_factory=set)
     bundles: dict = dataclasses.field(default_factory=dict)
     unconfirmed: dict = dataclasses.field(default_factory=dict)   # bucket -> why its self-check failed
@@ -92,7 +92,7 @@ class CampaignResult:
 
     def interrupt(self, exc: KeyboardInterrupt) -> None:
         """Note that the run was cut short, and by which signal (`signum` on the exception
-        the command raises for SIGTERM; a plain KeyboardInterrupt is Ctrl-C)."""
+        the command raises for SIGTERM and SIGHUP; a plain KeyboardInterrupt is Ctrl-C)."""
         self.interrupted, self.signal = True, getattr(exc, "signum", signal.SIGINT)
 
 
@@ -127,6 +127,17 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     budget = Budget(opts.budget_s) if opts.budget_s else None
     progress = _progress(opts, budget, store)
     progress.start()
+    try:
+        _run(opts, strategy, store, budget, progress, result)
+    except KeyboardInterrupt as exc:    # during start-up (its workers' probes) or the closing phase
+        result.interrupt(exc)
+    finally:
+        progress.stop()
+    return result
+
+
+def _run(opts: CampaignOptions, strategy, store, budget, progress, result: CampaignResult) -> None:
+    """Draw and run the cases, then bucket and self-check the new failures (run_campaign)."""
     known = load_known(opts)
     with Checker(out_dir=opts.out_dir, timeout_s=opts.timeout_s, route_options=opts.route_options,
                  repeat=opts.repeat, known_buckets=known) as checker, \
@@ -178,7 +189,6 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
             one_ahead.abandon()     # after a drain nothing is in flight; else wait before the workers close
         progress.stop()
         report_new_buckets(result, store, opts, checker)
-    return result
 
 
 def report_new_buckets(result: CampaignResult, store, opts: CampaignOptions, checker=None) -> None:

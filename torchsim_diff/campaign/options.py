@@ -29,16 +29,26 @@ def positive_int(text: str) -> int:
 
 # Below a second every case would time out on the round trip to its worker alone.
 MIN_SECONDS = 1.0
+# A case (or a reduction) that runs a day is a hang; longer limits only overflow the clocks
+# they are added to (select() takes at most about 8 days, 1e308 seconds from now is inf).
+MAX_SECONDS = 86400.0
 
 
 def positive_seconds(text: str) -> float:
-    """A finite number of seconds, at least MIN_SECONDS (0, nan and inf would time out or never)."""
+    """A finite number of seconds, at least MIN_SECONDS (0, nan and inf would time out or never),
+    at most MAX_SECONDS."""
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise BadOption(f"{text!r} is not a number of seconds (e.g. 120)") from None
+        raise BadOption(f"{_short(text)} is not a number of seconds (e.g. 120)") from None
     if not math.isfinite(value) or value < MIN_SECONDS:
-        raise BadOption(f"{text!r} must be a finite number of seconds, at least {MIN_SECONDS:g} (e.g. 120)")
+        raise BadOption(f"{_short(text)} must be a finite number of seconds, at least {MIN_SECONDS:g} (e.g. 120)")
+    return _at_most_a_day(text, value)
+
+
+def _at_most_a_day(text: str, value: float) -> float:
+    if value > MAX_SECONDS:
+        raise BadOption(f"{_short(text)} is over a day; pass at most {MAX_SECONDS:.0f} seconds")
     return value
 
 
@@ -82,6 +92,7 @@ def out_folder(text: str) -> str:
     """A folder that exists or can be created, and that we may write into."""
     if not text:
         raise BadOption("an empty folder name; pass a path such as reports/run1")
+    _check_name_length(text)
     if os.path.exists(text) and not os.path.isdir(text):
         raise BadOption(f"{text!r} is a file, not a folder; pass a folder path")
     parent = os.path.abspath(text)
@@ -90,19 +101,48 @@ def out_folder(text: str) -> str:
     if not os.path.isdir(parent):
         raise BadOption(f"{text!r} cannot be created: {parent!r} is a file")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise BadOption(f"{text!r} is not writable (no write permission on {parent!r}); pass another folder")
+        raise BadOption(f"{_short(text)} is not writable (no write permission on {parent!r}); pass another folder")
     return text
 
 
+# The deepest path a run makes below its folder (artifacts/<route>/<case id>/kernels/<launch>/
+# buffers/...) is well under this many bytes; what is left of PATH_MAX must hold the folder.
+DEEPEST_INSIDE = 512
+
+
+def _check_name_length(text: str) -> None:
+    """A folder name the file system takes: each name at most NAME_MAX bytes, the whole path,
+    with what is written inside, at most PATH_MAX."""
+    path = os.path.abspath(text)
+    existing = path
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
+    name_max, path_max = _limit(existing, "PC_NAME_MAX", 255), _limit(existing, "PC_PATH_MAX", 4096)
+    longest = max(path.split(os.sep), key=lambda name: len(os.fsencode(name)))
+    if len(os.fsencode(longest)) > name_max:
+        raise BadOption(f"{_short(text)} holds a name of {len(longest)} characters; the file system takes at most "
+                        f"{name_max} bytes per name: pass a shorter path")
+    if len(os.fsencode(path)) + DEEPEST_INSIDE > path_max:
+        raise BadOption(f"{_short(text)} is a path of {len(path)} characters; with what is written inside it, it "
+                        f"would pass the file system's {path_max} bytes per path: pass a shorter path")
+
+
+def _limit(folder: str, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default
+
+
 def non_negative_seconds(text: str) -> float:
-    """A finite number of seconds, 0 or more (nan would never end, inf never stop)."""
+    """A finite number of seconds, 0 or more (nan would never end, inf never stop), at most MAX_SECONDS."""
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise BadOption(f"{text!r} is not a number of seconds (e.g. 60)") from None
+        raise BadOption(f"{_short(text)} is not a number of seconds (e.g. 60)") from None
     if not math.isfinite(value) or value < 0:
-        raise BadOption(f"{text!r} must be a finite number of seconds, 0 or more (e.g. 60)")
-    return value
+        raise BadOption(f"{_short(text)} must be a finite number of seconds, 0 or more (e.g. 60)")
+    return _at_most_a_day(text, value)
 
 
 def capped_int(cap: int, what: str):
@@ -122,6 +162,12 @@ MAX_REPEAT = 100
 MAX_NODES = 100
 repeat_count = capped_int(MAX_REPEAT, "runs per case")
 node_count = capped_int(MAX_NODES, "nodes per graph")
+
+
+def job_count(text: str) -> int:
+    """Cases checked in parallel, each in its own route worker: at most one per core here
+    (more only queue on the cores, each worker with a compiler's memory)."""
+    return capped_int(os.cpu_count() or 1, "jobs (one per core here)")(text)
 
 
 def output_file(text: str) -> str:

@@ -283,6 +283,9 @@ class ProgressThread(threading.Thread):
             self.progress.tick()
 
     def stop(self) -> None:
+        """Stop ticking and close the progress; again, nothing."""
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         if self.is_alive():
             self.join(timeout=5)

@@ -130,7 +130,7 @@ def pytest_addoption(parser):
 # Option -> check of its value (torchsim_diff.campaign.options), run before anything starts.
 OPTION_CHECKS = {"--routes": options.route_list, "--fuzz-dtypes": options.dtype_list,
                  "--fuzz-examples": options.positive_int, "--fuzz-shards": options.positive_int,
-                 "--fuzz-timeout": options.positive_seconds}
+                 "--fuzz-timeout": options.positive_seconds, "--fuzz-reduce-budget": options.non_negative_seconds}
 
 
 def _validate_options(config) -> None:
@@ -144,6 +144,22 @@ def _validate_options(config) -> None:
         except options.BadOption as exc:
             raise pytest.UsageError(f"{name}={value!r}: {exc}") from None
     _validate_weights(config)
+    _validate_report_dir(config.getoption("--report-dir"))
+
+
+def _validate_report_dir(folder) -> None:
+    """--report-dir as `fuzz --out` is checked: a folder this run may write, whose paths the run
+    writes are absent or what it makes there, never a symbolic link (campaign.run_folder)."""
+    from torchsim_diff.campaign import run_folder
+    if folder is None:
+        return
+    try:
+        options.out_folder(folder)
+    except options.BadOption as exc:
+        raise pytest.UsageError(f"--report-dir={folder!r}: {exc}") from None
+    why = run_folder.refusal(folder)
+    if why:
+        raise pytest.UsageError(f"--report-dir: {why}")
 
 
 def _validate_weights(config) -> None:
@@ -587,7 +603,7 @@ class FuzzSession:
         """bucket -> its row in the bucket history (BucketStore.buckets)."""
         from torchsim_diff.triage.bucket_history import BucketStore
         try:
-            return BucketStore(self._history_path()).buckets
+            return BucketStore(self._history_path(), read_only=True).buckets
         except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks and times only
             return {}
 

@@ -555,11 +555,13 @@ def requote_run(bundle: str, quoted: str) -> None:
             text = handle.read()
     except OSError:
         return
-    opening = f"{OUTPUT_HEADING}\n\n```\n"
-    start = text.find(opening)
-    end = text.find("\n```\n", start + len(opening)) if start >= 0 else -1
+    heading = f"{OUTPUT_HEADING}\n\n"
+    start = text.find(heading)
+    fence = _BACKTICKS.match(text, start + len(heading)) if start >= 0 else None
+    end = text.find(f"\n{fence.group(0)}\n", fence.end()) if fence else -1
     if end >= 0:
-        write_text(path, text[:start + len(opening)] + quoted.strip() + text[end:])
+        block = "\n".join(fenced(quoted.strip()))
+        write_text(path, text[:start + len(heading)] + block + text[end + len(fence.group(0)) + 1:])
 
 
 TIMED_OUT = "timeout"
@@ -912,11 +914,9 @@ def without_unused_inputs(case: Case) -> Case:
 
 def write_text(path: str, text: str) -> None:
     """Write `path` whole through a temporary file and a rename: a symbolic link at `path` is
-    replaced, never followed."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
+    replaced, never followed (files.replace_text)."""
+    from torchsim_diff.files import replace_text
+    replace_text(path, text)
 
 
 # What a maintainer reads of a run: sources and IR, launch specs and logs; not compiled
@@ -974,6 +974,30 @@ OUTPUT_HEADING = "Output of `python repro.py`:"
 NOT_PLAIN_MARK = f"Shown through torch.compile, {checklist.NOT_PLAIN_MARK}"
 
 
+# Text from outside (a compiler's message, a cause's summary or title) is data in ISSUE.md too:
+# raw HTML in it would render on the tracker. It goes inside a code fence longer than any run
+# of backticks it holds, so it cannot close the fence; where it must stand outside one (a
+# title, a summary), each '<' outside its code spans is written as its entity.
+_BACKTICKS = re.compile(r"`+")
+_CODE_SPAN = re.compile(r"(`+)(?:.+?)\1", re.S)
+
+
+def fenced(text: str, language: str = "") -> list:
+    """`text` as the lines of a code fence it cannot close."""
+    fence = "`" * max(3, 1 + max((len(run) for run in _BACKTICKS.findall(text)), default=0))
+    return [fence + language, text, fence]
+
+
+def markdown_text(text: str) -> str:
+    """`text` for ISSUE.md outside a fence: '<' outside code spans as '&lt;' (no HTML tag can
+    start); code spans, which show their text as it is, kept."""
+    parts, last = [], 0
+    for span in _CODE_SPAN.finditer(text):
+        parts += [text[last:span.start()].replace("<", "&lt;"), span.group(0)]
+        last = span.end()
+    return "".join(parts) + text[last:].replace("<", "&lt;")
+
+
 def is_torch_compile_bug(record: Record) -> bool:
     """A PyTorch bug whose repro.py runs torch.compile: filed with PyTorch's pt2 template."""
     return project_of(record).name == "pytorch" and record.route in COMPILE_ROUTES
@@ -1016,23 +1040,23 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
         from torchsim_diff.report import triton_kernel_script
         described = triton_kernel_script.description(expression(case, case.outputs),
                                                       record.kind in Kind.values_where("no_values"))
+    heading = markdown_text(heading) if heading else title(record, case)
     if thread == "new":
-        parts = [f"<!-- File at {PT2_TEMPLATE if pt2 else project.file_at} -->", f"# {heading or title(record, case)}", "", bug, "",
+        parts = [f"<!-- File at {PT2_TEMPLATE if pt2 else project.file_at} -->", f"# {heading}", "", bug, "",
                  described]
     else:
-        parts = [THREAD_DRAFTS[thread].format(url=upstream), f"# {heading or title(record, case)}", "",
-                 described]
-    parts += ["", analysis] if analysis else []
+        parts = [THREAD_DRAFTS[thread].format(url=upstream), f"# {heading}", "", described]
+    parts += ["", markdown_text(analysis)] if analysis else []
     parts += ["", FUZZER_NOTE] if pt2 and thread == "new" else []
     parts += ["", tolerance] if tolerance else []
-    parts += ["", f"{NOT_PLAIN_MARK}: {options.not_plain}."] if options.not_plain else []
+    parts += ["", f"{NOT_PLAIN_MARK}: {markdown_text(options.not_plain)}."] if options.not_plain else []
     parts += ["", f"Ablation: {bisection}."] if bisection else []
     if upstream and thread == "new":
-        parts += ["", f"Related: {upstream}"]
+        parts += ["", f"Related: {markdown_text(upstream)}"]
     output = (repro_output or record.message or "").strip()
-    parts += ["", "```python", script.rstrip("\n"), "```", ""]
+    parts += ["", *fenced(script.rstrip("\n"), "python"), ""]
     parts += [PT2_ERROR_SECTION, ""] if pt2 and thread == "new" else []
-    parts += [OUTPUT_HEADING, "", "```", output, "```", ""]
+    parts += [OUTPUT_HEADING, "", *fenced(output), ""]
     parts += _beside_the_script(record, case, bundle, shims)
     if cuda_twin:
         parts += [f"`{CUDA_TWIN}` runs the same program with the same settings compiled by Inductor for a CUDA "
@@ -1042,7 +1066,7 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     if options.plain_kernel:
         from torchsim_diff.report import triton_kernel_script
         text = triton_kernel_script.versions_text()
-    parts += [versions if thread == "new" else "Versions:", "", "```", text.rstrip("\n"), "```", ""]
+    parts += [versions if thread == "new" else "Versions:", "", *fenced(text.rstrip("\n")), ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
     return quoted_output.without_machine_paths("\n".join(parts), bundle)
@@ -1115,7 +1139,7 @@ def _inline_ir(bundle: str, name: str) -> list:
         return []
     with open(path, encoding="utf-8") as handle:
         text = handle.read().strip("\n")
-    return [f"`{name}`:", "", "```mlir", text, "```", ""] if len(text.splitlines()) <= INLINE_IR_LINES else []
+    return [f"`{name}`:", "", *fenced(text, "mlir"), ""] if len(text.splitlines()) <= INLINE_IR_LINES else []
 
 
 def _description(record: Record, case: Case, kernel_only: bool = False, options: ScriptOptions = ScriptOptions()) -> str:

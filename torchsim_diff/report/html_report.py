@@ -72,8 +72,8 @@ def _timings(run_dir: str) -> list:
 
 
 def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    from torchsim_diff.files import replace_text
+    replace_text(path, text)
 
 
 def page_name(bucket: str) -> str:

@@ -39,8 +39,8 @@ def render(rows: list, fmt: str = "plain", title: str | None = None) -> str:
             writer.writerows([{k: _as_csv_data(v) for k, v in r.items()} for r in rows])
         return out.getvalue()
     if fmt in ("plain", "md"):
-        rows = [{k: _printable(v) for k, v in r.items()} for r in rows]
-        title = _printable(title) if title else title
+        rows = [{k: printable(v) for k, v in r.items()} for r in rows]
+        title = printable(title) if title else title
     if not rows:
         return f"{title}: no records" if title else "no records"
     table = tabulate([list(r.values()) for r in rows], headers=list(rows[0]),
@@ -61,7 +61,7 @@ def _as_csv_data(value):
     return "'" + value if isinstance(value, str) and len(value) > 1 and value.startswith(FORMULA_STARTS) else value
 
 
-def _printable(value):
+def printable(value):
     """Text with each control character as its escape (\\x1b, \\n): a cell is one line, and
     never a terminal command."""
     if not isinstance(value, str) or value.isprintable():

@@ -55,7 +55,12 @@ def route_class(name: str):
     if name not in targets:
         raise UnknownRoute(f"unknown route {name!r}; known routes: {', '.join(targets)}")
     module_name, _, class_name = targets[name].partition(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except Exception as exc:  # noqa: BLE001 - whatever a named module raises on import, the entry is at fault
+        raise UnknownRoute(f"route {name!r} cannot be loaded from {targets[name]!r} ({type(exc).__name__}: "
+                           f"{str(exc).splitlines()[0] if str(exc) else ''}); fix its entry in {EXTRA_ROUTES_ENV} "
+                           f"or its package's entry point") from None
 
 
 def make_route(name: str, options: dict | None = None):

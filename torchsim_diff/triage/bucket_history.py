@@ -4,8 +4,11 @@ so a second campaign can say which of its findings are new.
 The store is one SQLite file (default reports/buckets.sqlite) in WAL mode; every `add` is
 one transaction, so campaigns sharing a history never lose each other's updates. A history
 kept by earlier versions as JSON (buckets.json beside the SQLite file, or the path given
-when it ends in .json) is imported once. A file that cannot be read is moved aside with a
-one-line warning naming where it went, never overwritten.
+when it ends in .json) is imported once. The file is verified before it is trusted
+(triage.history_file): a file the tool did not make is refused, never renamed; a damaged one
+is set aside with a one-line warning naming where it went, never overwritten; a command that
+only reads opens it read-only. A row whose cells are not of their column's type is left out
+(counted in `left_out`, warned of once).
 
     >>> store = BucketStore("reports/buckets.sqlite")
     >>> store.add(record)          # True when the bucket was never seen before
@@ -23,17 +26,10 @@ from torchsim_diff.case.graph import case_size
 from torchsim_diff.results.jsonl import StorageError
 from torchsim_diff.results.kinds import Status
 from torchsim_diff.results.record import HISTORY_REQUIRED, BadRecord, Record
+from torchsim_diff.triage.history_file import open_history, set_aside
 
 DEFAULT_PATH = os.path.join("reports", "buckets.sqlite")
 LEGACY_SUFFIX = ".json"
-BUSY_TIMEOUT_S = 60.0
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS buckets (
-    bucket TEXT PRIMARY KEY, route TEXT, kind TEXT, op TEXT, message TEXT, first_seen TEXT,
-    count INTEGER NOT NULL, size TEXT NOT NULL, record TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS imported (path TEXT PRIMARY KEY, at TEXT);
-CREATE TABLE IF NOT EXISTS unsettled (bucket TEXT PRIMARY KEY);
-"""
 
 
 def legacy_path(path: str) -> str:
@@ -46,71 +42,42 @@ def store_path(path: str) -> str:
     return os.path.splitext(path)[0] + ".sqlite" if path.endswith(LEGACY_SUFFIX) else path
 
 
-def move_aside(path: str, why: str) -> str:
-    """Rename an unreadable file to PATH.unreadable-<time>, warn in one line, return the new path."""
-    target = f"{path}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-    os.replace(path, target)
-    sys.stderr.write(f"torchsim-diff: warning: bucket history {path} could not be read ({why}); "
-                     f"moved aside to {target}, starting a new one\n")
-    return target
-
-
 class BucketStore:
-    """Bucket history in SQLite; `new` holds the buckets this process saw first."""
+    """Bucket history in SQLite; `new` holds the buckets this process saw first. read_only:
+    for commands that only read it (triage.history_file): nothing is written, and a missing or
+    damaged file reads as empty."""
 
-    def __init__(self, path: str = DEFAULT_PATH):
+    def __init__(self, path: str = DEFAULT_PATH, *, read_only: bool = False):
         self.path = store_path(path)
+        self.read_only = read_only
         self.new: set = set()
-        self._db = self._open()
+        self.left_out = 0          # rows whose cells are not of their column's type
+        self._db = open_history(self.path, read_only=read_only)
         self._import_legacy(legacy_path(self.path))
 
     # -- opening ---------------------------------------------------------------------------
-    def _open(self) -> sqlite3.Connection:
-        folder = os.path.dirname(os.path.abspath(self.path))
-        try:
-            files.check_regular(self.path, files.BUCKET_HISTORY)    # SQLite would block on a FIFO
-        except files.UnreadableFile as exc:
-            raise StorageError(f"bucket history {exc}") from None
-        try:
-            os.makedirs(folder, exist_ok=True)
-            return self._connect()
-        except sqlite3.DatabaseError as exc:
-            if isinstance(exc, sqlite3.OperationalError) or not os.path.exists(self.path):
-                raise StorageError(f"cannot open bucket history {self.path}: {exc}") from None
-            move_aside(self.path, str(exc))
-            for suffix in ("-wal", "-shm"):
-                if os.path.exists(self.path + suffix):
-                    os.replace(self.path + suffix, f"{self.path}{suffix}.unreadable")
-            return self._connect()
-        except OSError as exc:
-            raise StorageError(f"cannot open bucket history {self.path}: {exc.strerror or exc}") from None
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        db.execute("PRAGMA journal_mode=WAL")
-        db.executescript(SCHEMA)
-        db.execute("SELECT count(*) FROM buckets").fetchone()     # a damaged file fails here, not later
-        return db
-
     def _import_legacy(self, legacy: str) -> None:
-        """Fold a JSON history of earlier versions in, once (remembered in the `imported` table)."""
-        if not os.path.exists(legacy):
+        """Fold a JSON history of earlier versions in, once (remembered in the `imported` table);
+        a reader folds it into its copy in memory only where there is no SQLite file."""
+        if not os.path.exists(legacy) or (self.read_only and os.path.exists(self.path)):
             return
         key = os.path.abspath(legacy)
         if self._imported(key):
             return
         try:
-            files.check_regular(legacy, files.LEGACY_HISTORY)      # not moved aside: not ours
+            entries = files.read_json(legacy, files.LEGACY_HISTORY)
         except files.UnreadableFile as exc:
-            raise StorageError(f"bucket history {exc}") from None
-        try:
-            entries = files.read_json(legacy, files.LEGACY_HISTORY)["buckets"]
-            rows = [_legacy_row(bucket, entry) for bucket, entry in entries.items()]
-        except files.UnreadableFile as exc:
-            move_aside(legacy, exc.reason)
+            if not os.path.isfile(legacy):
+                raise StorageError(f"bucket history {exc}") from None
+            set_aside(legacy, exc.reason, keep=self.read_only)
             return
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            move_aside(legacy, f"{type(exc).__name__}: {exc}")
+        if not isinstance(entries, dict) or not isinstance(entries.get("buckets"), dict):
+            raise StorageError(f"bucket history {legacy} is no JSON history torchsim-diff made (no 'buckets' object); "
+                               f"it is left as it is: pass another --buckets path")
+        try:
+            rows = [_legacy_row(bucket, entry) for bucket, entry in entries["buckets"].items()]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            set_aside(legacy, f"{type(exc).__name__}: {exc}", keep=self.read_only)
             return
         with self._transaction() as db:
             if self._imported(key):             # another campaign imported it meanwhile
@@ -147,7 +114,8 @@ class BucketStore:
                 return True
             left = bucket not in self.new and db.execute(
                 "SELECT 1 FROM unsettled WHERE bucket = ?", (bucket,)).fetchone() is not None
-            if size < json.loads(row[0]):
+            kept_size = _loads(row[0])
+            if not isinstance(kept_size, list) or size < kept_size:
                 db.execute("UPDATE buckets SET count = count + 1, size = ?, record = ? WHERE bucket = ?",
                            (json.dumps(size), kept, bucket))
             else:
@@ -195,7 +163,12 @@ class BucketStore:
         rows = self._db.execute("SELECT bucket, route, kind, op, message, first_seen, count, size, record "
                                 "FROM buckets ORDER BY first_seen, bucket").fetchall()
         found = {}
-        for r in rows:
+        left_out = sum(1 for r in rows if not _cells_ok(r))
+        if left_out and not self.left_out:
+            sys.stderr.write(f"torchsim-diff: warning: bucket history {self.path}: {left_out} row(s) left out, "
+                             f"their cells not of their column's type\n")
+        self.left_out = left_out
+        for r in filter(_cells_ok, rows):
             size = _loads(r[7])
             size = size if isinstance(size, list) and len(size) == 3 else [0, 0, 0]
             found[r[0]] = {"route": r[1], "kind": r[2], "op": r[3], "message": r[4], "first_seen": r[5],
@@ -229,6 +202,15 @@ class _Transaction:
             if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
             raise StorageError(f"cannot write bucket history {self.path}: {exc}") from None
+
+
+# Each column's type as `buckets` reads it; SQLite keeps whatever a file's writer put there.
+_CELL_TYPES = (str, (str, type(None)), (str, type(None)), (str, type(None)), (str, type(None)), (str, type(None)),
+               int, str, str)
+
+
+def _cells_ok(row: tuple) -> bool:
+    return all(isinstance(cell, kind) and not isinstance(cell, bool) for cell, kind in zip(row, _CELL_TYPES))
 
 
 def _loads(text):
