@@ -1,10 +1,11 @@
-"""The README tells the truth about the code's layout, and documentation references resolve.
+"""The documents tell the truth about the code, and documentation references resolve.
 
-- The README's layout block (the code block starting `torchsim_diff/`) lists every folder under
+- CONTRIBUTING.md's layout block (the code block starting `torchsim_diff/`) lists every folder under
   torchsim_diff/ that holds files and every module but __init__.py and __main__.py, and lists
   nothing the tree lacks. Non-Python files (the C runtimes) are not listed; their folders are.
-- Paths the README and docs/ name (`torchsim_diff/...`, `routes/base.py`, `torchsim_diff.x.y`)
-  exist.
+- Paths the README, CONTRIBUTING.md and docs/ name (`torchsim_diff/...`, `routes/base.py`,
+  `torchsim_diff.x.y`) exist, and so does every `path::NAME` a recipe of CONTRIBUTING.md names.
+- The README is the user guide: at most README_LINES lines.
 - Every `docs/....md` (and `README`) reference in the package's source names an existing file and,
   where a section is named in quotes (`docs/design.md, "Failure kinds"`), a heading of that file.
 """
@@ -20,11 +21,15 @@ SKIPPED_DIRS = {"__pycache__"}
 
 
 # -- the layout block ---------------------------------------------------------------------
+LAYOUT_DOC = "CONTRIBUTING.md"
+README_LINES = 300
+
+
 def layout_block(readme_text: str) -> list:
-    """The lines of the README's code block that starts with `torchsim_diff/`."""
+    """The lines of the layout document's code block that starts with `torchsim_diff/`."""
     match = re.search(r"^```\n(torchsim_diff/\n.*?)^```$", readme_text, re.S | re.M)
     if match is None:
-        raise AssertionError("README.md has no code block starting with `torchsim_diff/`")
+        raise AssertionError(f"{LAYOUT_DOC} has no code block starting with `torchsim_diff/`")
     return match.group(1).splitlines()
 
 
@@ -77,12 +82,17 @@ def layout_problems(readme_text: str, root: str) -> list:
 
 
 def _readme() -> str:
-    return open(os.path.join(REPO, "README.md"), encoding="utf-8").read()
+    return open(os.path.join(REPO, LAYOUT_DOC), encoding="utf-8").read()
 
 
 def test_readme_layout_lists_every_module_and_folder_and_nothing_else():
     problems = layout_problems(_readme(), os.path.join(REPO, PACKAGE))
-    assert not problems, "README.md's layout block is out of date:\n" + "\n".join(problems)
+    assert not problems, f"{LAYOUT_DOC}'s layout block is out of date:\n" + "\n".join(problems)
+
+
+def test_the_readme_is_a_user_guide_of_at_most_300_lines():
+    lines = open(os.path.join(REPO, "README.md"), encoding="utf-8").read().splitlines()
+    assert len(lines) <= README_LINES, f"README.md has {len(lines)} lines: move reference text to docs/"
 
 
 def test_layout_check_fails_when_a_module_is_added_or_removed(tmp_path):
@@ -123,7 +133,7 @@ def test_layout_block_parsing():
 
 
 # -- paths the README and docs/ name ------------------------------------------------------
-DOCS = ["README.md"] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(REPO, "docs"))
+DOCS = ["README.md", LAYOUT_DOC, os.path.join("benchmarks", "RESULTS.md")] + sorted(os.path.join("docs", n) for n in os.listdir(os.path.join(REPO, "docs"))
                               if n.endswith(".md"))
 TOP_FOLDERS = {n for n in os.listdir(REPO) if os.path.isdir(os.path.join(REPO, n)) and not n.startswith(".")}
 PACKAGE_FOLDERS = {n for n in os.listdir(os.path.join(REPO, PACKAGE)) if os.path.isdir(os.path.join(REPO, PACKAGE, n))}
@@ -160,6 +170,46 @@ def test_documents_name_real_files_and_modules(doc):
     missing = [p for p in named_paths(text) if not path_exists(p)]
     missing += [m for m in named_modules(text) if not module_exists(m)]
     assert not missing, f"{doc} names what the tree lacks: {missing}"
+
+
+RECIPE_NAME = re.compile(r"`([\w/.<>-]+\.py)::(\w+)`")
+
+
+def recipe_problems(text: str) -> list:
+    """The `path::NAME` references of `text` whose file is missing or defines no top-level NAME."""
+    problems = []
+    for path, name in RECIPE_NAME.findall(text):
+        full = os.path.join(REPO, path)
+        if not os.path.isfile(full):
+            problems.append(f"{path} does not exist")
+        elif name not in top_level_names(full):
+            problems.append(f"{path} defines no {name}")
+    return problems
+
+
+def top_level_names(path: str) -> set:
+    import ast
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_each_recipe_names_files_and_names_that_exist():
+    text = open(os.path.join(REPO, LAYOUT_DOC), encoding="utf-8").read()
+    assert len(RECIPE_NAME.findall(text)) >= 10            # the recipes name what they touch this way
+    assert recipe_problems(text) == []
+
+
+def test_a_stale_recipe_name_is_seen():
+    assert recipe_problems("`torchsim_diff/ops/__init__.py::register`") == []
+    assert recipe_problems("`torchsim_diff/ops/__init__.py::registr`") == ["torchsim_diff/ops/__init__.py defines no registr"]
+    assert recipe_problems("`torchsim_diff/ops/gone.py::X`") == ["torchsim_diff/ops/gone.py does not exist"]
 
 
 def test_path_checks_see_stale_names():
@@ -227,5 +277,6 @@ def test_reference_check_sees_wrong_files_and_sections():
         ["x: docs/design.md has no section 'Kinds of failure'"]
     assert reference_problems("(docs/nowhere.md)", "x") == ["x: names docs/nowhere.md, which does not exist"]
     assert reference_problems('(DESIGN.md, "Route")', "x") == ["x: names DESIGN.md, which is docs/design.md"]
-    assert reference_problems('(README, "The oracle rule")', "x") == []
-    assert reference_problems('(README, "The oracle rules")', "x") == ["x: README has no section 'The oracle rules'"]
+    assert reference_problems('(docs/oracle.md, "The oracle rule")', "x") == []
+    assert reference_problems('(README, "The oracle rule")', "x") == ["x: README has no section 'The oracle rule'"]
+    assert reference_problems('(README, "Using it")', "x") == []

@@ -9,7 +9,7 @@ It takes the allowances of rounding_rules and carried_rounding.
     if found: print(found.message); found.kind   # "wrong_values", "nonfinite_mismatch", ...
 
 where `allowance = carried(program, inputs_f64, torch.float32)` (carried_rounding), once per
-case. The rule (README, "The oracle rule"): a float element passes when
+case. The rule (docs/oracle.md, "The oracle rule"): a float element passes when
 
     |route - truth| <= atol + rtol*|truth| + margin * (max(eager_err, eager_err_max) + sensitivity) + carried
 

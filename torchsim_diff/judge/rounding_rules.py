@@ -10,8 +10,8 @@ that round nothing are listed too (EXACT), so that a function nobody classified 
 (tests/test_op_rounding.py) instead of silently rounding nothing.
 
 The allowances a rule gives are about one ulp for pointwise ops, sqrt(n)+2 ulps of the
-magnitude for a reduction of length n, up to n/2 where its addends are equal (README, "The
-oracle rule"); carried_rounding carries them through a program.
+magnitude for a reduction of length n, up to n/2 where its addends are equal
+(docs/oracle.md, "The oracle rule"); carried_rounding carries them through a program.
 
 Imports only the standard library and torch: reproducer bundles ship it.
 """
