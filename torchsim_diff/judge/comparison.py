@@ -70,6 +70,7 @@ class Stats:
     unstable: int = 0            # ... of which rounding may flip the decision (not judged)
     carried_ulp: float = 0.0     # largest carried allowance, in ulps of the truth's largest magnitude
     carried_by_op: dict = dataclasses.field(default_factory=dict)   # op -> ulps it adds (Carried.by_op)
+    output_ulp: float = 0.0      # one ulp at the truth's scale (scale_ulp): the floor of err_over_eager
 
     @property
     def err_ratio(self) -> float | None:
@@ -78,6 +79,13 @@ class Stats:
         if self.eager_abs_err == 0.0:
             return None
         return self.max_abs_err / self.eager_abs_err
+
+    @property
+    def err_over_eager(self) -> float:
+        """The error over eager's, eager's floored at one ulp of the output's scale: a route one
+        ulp off where eager happens to round exactly is one ulp off, not infinitely worse."""
+        floor = max(self.eager_abs_err, self.output_ulp)
+        return self.max_abs_err / floor if floor > 0.0 else 0.0
 
     def merge(self, other: "Stats") -> None:
         for field in dataclasses.fields(self):
@@ -228,7 +236,8 @@ def _stats(err, eager_err, t, dtype, carried) -> Stats:
     spacing = ulp(t, dtype)
     carried_ulp = 0.0 if carried is None else float(carried.double().max() / scale_ulp(t, dtype))
     return Stats(float(err.max()), float(rel.max()), float((err / spacing).max()), float(eager_err.max()),
-                 float(atol_needed.max()), float(rtol_needed.max()), carried_ulp=carried_ulp)
+                 float(atol_needed.max()), float(rtol_needed.max()), carried_ulp=carried_ulp,
+                 output_ulp=scale_ulp(t, dtype))
 
 
 def message(where, what, wrong, got, ref, err=None, allowed=None) -> str:
