@@ -94,6 +94,8 @@ def test_a_node_s_local_figures_are_the_judge_s_against_the_float64_op_on_the_sa
     truth = torch.exp(x.double())
     assert stats.max_abs_err == float((got.double() - truth).abs().max())
     assert stats.eager_abs_err == float((torch.exp(x).double() - truth).abs().max())
+    assert stats.eager_atol_needed == float(((torch.exp(x).double() - truth).abs() - RTOL16 * truth.abs())
+                                            .clamp(min=0).max())
     assert stats.err_over_eager == stats.max_abs_err / max(stats.eager_abs_err, comparison.scale_ulp(truth,
                                                                                                     torch.float16))
 
@@ -123,6 +125,7 @@ def test_the_tolerance_rows_show_the_reduced_precision_op_and_only_it(half_sum_r
     assert [op for op, row in rows.items() if tolerance.above_default(row)] == ["sum"]
     sums = [r.op_local_errors["sum"] for r in half_sum_records]
     assert rows["sum"]["cases"] == len(SEEDS) and rows["sum"]["note"] == ""
+    assert rows["sum"]["eager's atol needed max"] <= ATOL16 < rows["sum"]["atol needed max"]   # the route's, not the inputs'
     assert rows["sum"]["atol needed max"] == max(f["atol_needed"] for f in sums)
     assert rows["sum"]["err/eager p50"] == sorted(f["err_ratio"] for f in sums)[len(SEEDS) // 2 - 1]
     for op in DOWNSTREAM:

@@ -18,8 +18,9 @@ The extra runs cost route time, so `OpFigures` spends at most EXTRA_SHARE of the
 route's cases took on them; a case it leaves out gets `op_local_errors: null`, and
 `op_errors: null` unless it has a single op (its case figures are then that op's carried ones).
 
-Each is {op: {max_abs_err, max_rel_err, max_ulp, err_ratio, atol_needed, rtol_needed}}, the
-worst over the nodes of that op; an op whose carried value already broke the rule also has
+Each is {op: {max_abs_err, max_rel_err, max_ulp, err_ratio, atol_needed, rtol_needed}} (local
+figures add eager_atol_needed: the atol eager's own result needs), the worst over the nodes of
+that op; an op whose carried value already broke the rule also has
 "diverges": true. In-place ops are judged through the input storages, not as intermediates,
 so they have no entry of their own.
 """
@@ -134,9 +135,11 @@ def _as_dict(stats) -> dict:
 
 
 def _local_dict(stats) -> dict:
-    """Local figures: err_ratio is err_over_eager (eager's error floored at one ulp)."""
+    """Local figures: err_ratio is err_over_eager (eager's error floored at one ulp), and the
+    atol eager itself needs on the same inputs beside the route's."""
     from torchsim_diff.judge.oracle import finite_or_none
-    return {**_as_dict(stats), "err_ratio": finite_or_none(stats.err_over_eager)}
+    return {**_as_dict(stats), "err_ratio": finite_or_none(stats.err_over_eager),
+            "eager_atol_needed": finite_or_none(stats.eager_atol_needed)}
 
 
 def _merge(figures: dict, op: str, new: dict) -> None:

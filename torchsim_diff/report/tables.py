@@ -297,7 +297,7 @@ TERMINAL_TOLERANCE_ROWS = 12
 
 
 PREVIEW_COLUMNS = ("route", "op", "dtype", "cases", "err/eager p99", "err/eager max", "atol needed max",
-                   "max ulp", "carried err/eager max", "note")
+                   "eager's atol needed max", "max ulp", "carried err/eager max", "note")
 
 
 def tolerance_preview(records) -> list:

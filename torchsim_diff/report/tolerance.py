@@ -6,7 +6,8 @@ charged to it), over the passing cases:
 
 - error / eager's error at p50, p99 and max (eager's error floored at one ulp of the output);
 - the atol a test needs at the dtype's default rtol, and the rtol at its default atol, at p99.9
-  and at max (max: every case passes);
+  and at max (max: every case passes), and the atol eager's own result needs on the same inputs
+  (where it is as large, the inputs' conditioning asks for it, not the route);
 - the largest ulp error of the op's own output;
 - the carried figures beside them (the node against the whole program's float64 value).
 
@@ -29,6 +30,7 @@ FEW_CASES = 10
 PASSING, FAILING = "pass", "FAILING (apart)"
 RATIO = ("err/eager p50", "err/eager p99", "err/eager max")
 ATOL_MAX, RTOL_MAX = "atol needed max", "rtol needed max"
+EAGER_ATOL_MAX = "eager's atol needed max"
 
 
 def quantile(values, q: float):
@@ -71,6 +73,7 @@ def _row(verdict, route, op, dtype, seen) -> dict:
         "note": _note(len(local), len(seen)),
         RATIO[0]: quantile(ratios, 0.5), RATIO[1]: quantile(ratios, 0.99), RATIO[2]: quantile(ratios, 1.0),
         "atol needed p99.9": quantile(atols, 0.999), ATOL_MAX: quantile(atols, 1.0),
+        EAGER_ATOL_MAX: quantile([f.eager_atol_needed for f in local], 1.0),
         "rtol needed p99.9": quantile(rtols, 0.999), RTOL_MAX: quantile(rtols, 1.0),
         "max ulp": quantile([f.max_ulp for f in local], 1.0),
         "carried err/eager max": quantile([c.err_ratio for c in carried], 1.0),
@@ -170,7 +173,9 @@ def _override_line(op: str, by_dtype: dict) -> str:
     for dtype, row in sorted(by_dtype.items()):
         rtol = default_tolerance(dtype)[0]
         entries.append(f"torch.{dtype}: tol(atol={round_up(row[ATOL_MAX])}, rtol={rtol:g})")
-        counts.append(f"{row['cases']} {dtype} case{'s' * (row['cases'] != 1)}")
+        eager = row[EAGER_ATOL_MAX]
+        counts.append(f"{row['cases']} {dtype} case{'s' * (row['cases'] != 1)}"
+                      + (f" (eager's own needs atol={eager:.2g})" if eager is not None else ""))
     return f"        {op!r}: toleranceOverride({{{', '.join(entries)}}}),  # {row['route']}: {', '.join(counts)}"
 
 

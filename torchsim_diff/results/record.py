@@ -297,11 +297,12 @@ class Figures:
     err_ratio: float | None = None
     atol_needed: float | None = None
     rtol_needed: float | None = None
+    eager_atol_needed: float | None = None     # local figures only: the atol eager's own result needs
 
     @classmethod
     def from_dict(cls, data: dict) -> "Figures":
-        """Figures of an `op_errors` entry."""
-        return cls(**_fallbacks(data.get, lambda name: name in data))
+        """Figures of an `op_errors` or `op_local_errors` entry."""
+        return cls(**_fallbacks(data.get, lambda name: name in data), eager_atol_needed=data.get("eager_atol_needed"))
 
     @classmethod
     def from_record(cls, record: Record) -> "Figures":
@@ -341,7 +342,8 @@ def _texts(v) -> bool:
 
 def _figures(v) -> bool:
     """An op's own figures (op_errors values): an object whose error figures are numbers."""
-    return isinstance(v, dict) and all(_maybe(_number)(v.get(k)) for k in NUMBER_FIELDS if k in v)
+    return isinstance(v, dict) and all(_maybe(_number)(v.get(k)) for k in (*NUMBER_FIELDS, "eager_atol_needed")
+                                       if k in v)
 
 
 def _case(v) -> bool:
