@@ -417,9 +417,12 @@ def _figures_section(record) -> list:
     if rtol_atol:
         rows["tolerance of the dtype (rtol, atol)"] = f"{rtol_atol[0]:g}, {rtol_atol[1]:g}"
     parts = ["<h3>Error figures (the case as found: its worst output)</h3>", _facts(rows)]
+    if record.op_local_errors:
+        op_rows = [{"op": op, **_named_figures(f)} for op, f in sorted(record.local_op_figures().items())]
+        parts.append(_table(op_rows, "Per op, its own (against the float64 op on the route's values of its inputs)"))
     if record.op_errors:
         op_rows = [{"op": op, **_named_figures(f)} for op, f in sorted(record.per_op_figures().items())]
-        parts.append(_table(op_rows, "Per op"))
+        parts.append(_table(op_rows, "Per op, carried (against the whole program's float64 value)"))
     return parts
 
 
