@@ -74,17 +74,20 @@ def test_a_wrong_upstream_op_fails_the_case_but_a_reduced_precision_one_passes()
     assert all(_run(_chain(seed), HalfSum)[0] is None for seed in SEEDS)
 
 
-def test_a_node_that_reads_an_in_place_result_or_an_unknown_value_has_no_local_figure():
+def test_a_case_with_an_in_place_node_has_no_local_figures_and_an_unknown_value_none():
     from torchsim_diff.judge.local_error import local_stats
-    case = make_case(nodes=[{"id": "v0", "op": "neg", "args": ["x0"], "attrs": {}},
-                            {"id": "v1", "op": "add_", "args": ["x0", "x1"], "attrs": {}},
-                            {"id": "v2", "op": "exp", "args": ["x0"], "attrs": {}},
-                            {"id": "v3", "op": "tanh", "args": ["v0"], "attrs": {}}],
-                     inputs=[("x0", [4], [1], 0, 4, {"mutated": True, "classes": ["inout"]}),
-                             ("x1", [4], [1], 0, 4, {})], outputs=["v2", "v3"])
-    x0 = layout.materialize_all(case.to_dict())[0]
-    stats = local_stats(case, {"v0": -x0, "v2": torch.exp(x0)})
-    assert set(stats) == {"v0"}           # v2 read x0 after add_ wrote it; v3's value is not given
+    nodes = [{"id": "v0", "op": "transpose", "args": ["x0"], "attrs": {"dim0": 0, "dim1": 1}},
+             {"id": "v1", "op": "neg", "args": ["v0"], "attrs": {}},
+             {"id": "v2", "op": "tanh", "args": ["v1"], "attrs": {}}]
+    inputs = [("x0", [2, 2], [2, 1], 0, 4, {"mutated": True, "classes": ["inout"]}), ("x1", [2, 2], [2, 1], 0, 4, {})]
+    pure = make_case(nodes=nodes, inputs=inputs, outputs=["v2"])
+    x0 = layout.materialize_all(pure.to_dict())[0]
+    values = {"v0": x0.t(), "v1": -x0.t()}
+    assert set(local_stats(pure, values)) == {"v0", "v1"}          # v2's value is not given
+    # x0.add_(x1) after the transpose: the view returned at the end is no longer what neg read
+    in_place = make_case(nodes=nodes + [{"id": "v3", "op": "add_", "args": ["x0", "x1"], "attrs": {}}],
+                         inputs=inputs, outputs=["v2"])
+    assert local_stats(in_place, values) == {}
 
 
 def test_a_node_s_local_figures_are_the_judge_s_against_the_float64_op_on_the_same_inputs():

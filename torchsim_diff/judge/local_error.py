@@ -13,8 +13,9 @@ what the op itself did with the values it was given:
 so its error / eager's error (Stats.err_over_eager: eager's floored at one ulp of the output's
 scale) is the op's own against eager's on the same inputs.
 
-A node whose inputs an in-place node wrote before it (or that reads an in-place node's
-result) gets no local figure: the values it read are not among the intermediates.
+A case with an in-place node gives no local figures: a view returned as an intermediate holds
+its values at the end of the program, after the in-place node wrote through it, not those the
+nodes before read (nor the view's own result).
 
     figures = local_stats(case, {"v0": route_v0, "v1": route_v1, ...})   # node id -> Stats
 """
@@ -29,20 +30,18 @@ from torchsim_diff.ops import get_op
 
 
 def local_stats(case, values: dict) -> dict:
-    """node id -> its local Stats (comparison.Stats) for every node of `case` whose inputs are known: the case's
-    inputs (as materialised) or the route's values in `values` (node id -> tensor)."""
+    """node id -> its local Stats (comparison.Stats) for every node of `case` whose value is in
+    `values` (node id -> the route's tensor) and whose inputs are the case's (as materialised)
+    or in `values`; {} for a case with an in-place node (module docstring)."""
+    if any(get_op(node["op"]).mutates for node in case.nodes):
+        return {}
     env = dict(zip((spec["name"] for spec in case.inputs), layout.materialize_all(case.to_dict())))
     env.update(values)
-    written = set()                # inputs written by an in-place node so far, and such nodes' ids
     figures = {}
     for node in case.nodes:
-        spec = get_op(node["op"])
-        if spec.mutates:
-            written.update((node["args"][0], node["id"]))
+        if node["id"] not in values or not set(node["args"]) <= set(env):
             continue
-        if node["id"] not in values or written & set(node["args"]) or not set(node["args"]) <= set(env):
-            continue
-        found = node_stats(spec.emit(list(node["args"]), node.get("attrs", {})),
+        found = node_stats(get_op(node["op"]).emit(list(node["args"]), node.get("attrs", {})),
                            {name: env[name] for name in node["args"]}, values[node["id"]])
         if found is not None:
             figures[node["id"]] = found
@@ -56,7 +55,7 @@ def node_stats(expression: str, inputs: dict, got: torch.Tensor) -> comparison.S
     try:
         eager = eval_expression(expression, {"torch": torch, **inputs})
         truth = eval_expression(expression, {"torch": torch, **{k: _float64(v) for k, v in inputs.items()}})
-    except (RuntimeError, ValueError, TypeError, IndexError):      # a view of a contiguous copy, say
+    except (RuntimeError, ValueError, TypeError, IndexError, ArithmeticError):   # a view of a contiguous copy, say
         return None
     if not all(isinstance(t, torch.Tensor) for t in (eager, truth)) or eager.shape != got.shape \
             or eager.dtype != got.dtype:
