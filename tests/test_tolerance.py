@@ -74,20 +74,24 @@ def test_a_wrong_upstream_op_fails_the_case_but_a_reduced_precision_one_passes()
     assert all(_run(_chain(seed), HalfSum)[0] is None for seed in SEEDS)
 
 
-def test_a_case_with_an_in_place_node_has_no_local_figures_and_an_unknown_value_none():
-    from torchsim_diff.judge.local_error import local_stats
-    nodes = [{"id": "v0", "op": "transpose", "args": ["x0"], "attrs": {"dim0": 0, "dim1": 1}},
+def test_nodes_whose_values_an_in_place_node_changed_have_no_local_figure():
+    from torchsim_diff.judge.local_error import local_stats, stale_nodes
+    nodes = [{"id": "v0", "op": "transpose", "args": ["x0"], "attrs": {"dim0": 0, "dim1": 1}},   # a view of x0
              {"id": "v1", "op": "neg", "args": ["v0"], "attrs": {}},
-             {"id": "v2", "op": "tanh", "args": ["v1"], "attrs": {}}]
+             {"id": "v2", "op": "tanh", "args": ["v1"], "attrs": {}},                            # a new tensor
+             {"id": "v3", "op": "exp", "args": ["x0"], "attrs": {}},                             # x0 before the write
+             {"id": "v4", "op": "add_", "args": ["x0", "x1"], "attrs": {}},
+             {"id": "v5", "op": "sin", "args": ["x0"], "attrs": {}},                             # x0 after it
+             {"id": "v6", "op": "cos", "args": ["x1"], "attrs": {}}]
     inputs = [("x0", [2, 2], [2, 1], 0, 4, {"mutated": True, "classes": ["inout"]}), ("x1", [2, 2], [2, 1], 0, 4, {})]
-    pure = make_case(nodes=nodes, inputs=inputs, outputs=["v2"])
-    x0 = layout.materialize_all(pure.to_dict())[0]
-    values = {"v0": x0.t(), "v1": -x0.t()}
-    assert set(local_stats(pure, values)) == {"v0", "v1"}          # v2's value is not given
-    # x0.add_(x1) after the transpose: the view returned at the end is no longer what neg read
-    in_place = make_case(nodes=nodes + [{"id": "v3", "op": "add_", "args": ["x0", "x1"], "attrs": {}}],
-                         inputs=inputs, outputs=["v2"])
-    assert local_stats(in_place, values) == {}
+    case = make_case(nodes=nodes, inputs=inputs, outputs=["v2", "v3", "v5", "v6"])
+    # v0 is returned as x0 ends, after add_ wrote through it: neither its own value nor what neg read
+    assert stale_nodes(case) == {"v0", "v1", "v4", "v5"}
+    x0, x1 = layout.materialize_all(case.to_dict())[:2]
+    values = {"v2": torch.tanh(-x0.t()), "v3": torch.exp(x0), "v6": torch.cos(x1)}
+    assert set(local_stats(case, values)) == {"v3", "v6"}               # v2 reads v1, whose value is not given
+    values["v1"] = -x0.t()
+    assert set(local_stats(case, values)) == {"v2", "v3", "v6"}
 
 
 def test_a_node_s_local_figures_are_the_judge_s_against_the_float64_op_on_the_same_inputs():
