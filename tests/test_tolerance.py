@@ -213,3 +213,11 @@ def test_table_writes_overrides_and_refuses_them_for_other_tables(tmp_path, caps
     assert main(["table", str(run), "--tables", "tolerance", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert {row["op"] for row in rows} == {"sum", "tanh", "mul"}
+
+
+def test_the_end_of_run_preview_leads_with_the_worst_passing_row(half_sum_records):
+    from torchsim_diff.report import tables
+    lines = tables.tolerance_preview(half_sum_records + _records(OffSum, "double-half-sum")[:2])
+    body = [line.split() for line in lines[3:] if line.strip()]               # title, header, rule
+    assert [row[1] for row in body] == [row["op"] for row in tolerance.tolerance_rows(half_sum_records)]
+    assert body[0][1] == "sum" and not any("FAILING" in line for line in lines)
