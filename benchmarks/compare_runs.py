@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from torchsim_diff.results.jsonl import find_results, read_records  # noqa: E402
 
 TIMING = {"t_compile", "t_run", "t_case", "t_harness", "t_start", "t_diagnose", "cost", "reduce_s", "op_errors",
-          "artifacts", "reduced_artifacts", "node", "schema"}
+          "op_local_errors", "artifacts", "reduced_artifacts", "node", "schema"}
 
 
 def records_of(run: str) -> list:

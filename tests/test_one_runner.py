@@ -19,7 +19,7 @@ ROUTES = ["eager", "double-wrong-element"]
 # Fields that measure time, or that depend on it (per-op figures are measured within a share
 # of the route's time), or that name where this run put its files.
 TIMING = {"t_compile", "t_run", "t_case", "t_harness", "t_start", "t_diagnose", "cost", "reduce_s", "op_errors",
-          "artifacts", "reduced_artifacts", "node"}
+          "op_local_errors", "artifacts", "reduced_artifacts", "node"}
 PLUGIN_SUITE = """
 import json
 from torchsim_diff.case.graph import Case

@@ -238,3 +238,12 @@ def test_headless_chromium_loads_the_report_and_renders_the_heatmaps(report, tmp
     assert all(os.path.exists(target) for _href, target in hrefs), hrefs
     hues = {c for c in png_colours(str(shot)) if len(set(c)) > 1}     # text and borders are grey
     assert len(hues) > 20, f"{len(hues)} colours other than greys: the pictures did not render"
+
+
+def test_a_bucket_page_shows_each_op_s_own_figures_beside_the_carried_ones():
+    record = RECORDS[0].with_fields(ops=["exp", "relu"], op_local_errors={"relu": {"max_abs_err": 0.25},
+                                                                          "exp": {"max_abs_err": 2e-7}},
+                                    op_errors={"relu": {"max_abs_err": 0.5}, "exp": {"max_abs_err": 2e-7}})
+    page = html_report.bucket_page(record, bundle=None, page_dir=".")
+    own, carried = page.index("Per op, its own"), page.index("Per op, carried")
+    assert own < page.index("<td>0.25</td>") < carried < page.index("<td>0.5</td>")

@@ -27,6 +27,7 @@ from torchsim_diff.generate.switches import GRAPH_NODES
 from torchsim_diff.results.jsonl import StorageError
 from torchsim_diff.worker import DEFAULT_TIMEOUT_S
 
+OPINFO = "opinfo"      # `table --format`: the tolerance table as PyTorch's toleranceOverride entries
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNTESTED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
 EXIT_STATUS_HELP = ("exit status: 0 clean, 1 confirmed findings (failures that are no known bug, in buckets whose "
                     "self-check reproduced them), 2 usage or environment error (one line), 3 no confirmed finding "
@@ -773,14 +774,18 @@ def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
     from torchsim_diff.report import tables
     from torchsim_diff.results.jsonl import find_results, read_all
+    from torchsim_diff.report import tolerance
     kinds = {"summary": tables.summary_rows, "tolerance": tables.tolerance_rows,
-             "buckets": tables.bucket_rows, "coverage": tables.coverage_rows, "mix": tables.mix_rows,
+             "route-tolerance": tolerance.route_tolerance_rows, "buckets": tables.bucket_rows, "coverage": tables.coverage_rows, "mix": tables.mix_rows,
              "args": tables.args_rows, "history": lambda _records: _history_rows(args.buckets),
              "timing": lambda _records: tables.timing_rows(_timing_kernels(args.dirs))}
-    chosen = _split(args.tables) or ["summary", "tolerance", "buckets", "coverage"]
+    chosen = _split(args.tables) or (["tolerance"] if args.format == OPINFO else
+                                     ["summary", "tolerance", "buckets", "coverage"])
     for name in chosen:
         if name not in kinds:
             raise UsageError(f"--tables: {name!r} is not one of {', '.join(kinds)}")
+    if args.format == OPINFO and chosen != ["tolerance"]:
+        raise UsageError(f"--format {OPINFO} writes the tolerance table only: add --tables tolerance")
     if "history" in chosen:
         _check_history(args.buckets)
     if chosen == ["timing"]:     # TOGSim timings live in timing.jsonl, with or without results
@@ -796,6 +801,9 @@ def cmd_table(args) -> int:
     if args.format == "html" and not args.tables:
         from torchsim_diff.report.html_report import html_page
         print(html_page(records))
+        return EXIT_CLEAN
+    if args.format == OPINFO:
+        print(tolerance.opinfo_text(tables.tolerance_rows(records)), end="")
         return EXIT_CLEAN
     print("\n\n".join(tables.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
@@ -951,10 +959,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("table", help="error-tolerance, bucket, coverage and summary tables of runs")
     p.add_argument("dirs", nargs="+", help="run folders or results.jsonl files")
-    p.add_argument("--format", choices=FORMATS, default="plain")
-    p.add_argument("--tables", help="which tables: summary,tolerance,buckets,coverage,mix,args,history,timing "
-                                    "(default: all but mix, history and timing; timing: TOGSim's per-kernel "
-                                    "figures from timing.jsonl files)")
+    p.add_argument("--format", choices=(*FORMATS, OPINFO), default="plain",
+                   help=f"{OPINFO}: PyTorch's toleranceOverride per op needing more than its dtype's default "
+                        "(the tolerance table only)")
+    p.add_argument("--tables", help="which tables: summary,tolerance,route-tolerance,buckets,coverage,mix,args,"
+                                    "history,timing (default: summary,tolerance,buckets,coverage; route-tolerance: "
+                                    "the tolerance each route needs and the ops that set it; timing: TOGSim's "
+                                    "per-kernel figures from timing.jsonl files)")
     p.add_argument("--buckets", default=DEFAULT_HISTORY,
                    help="bucket history for the history table (default: reports/buckets.sqlite)")
     p.set_defaults(func=cmd_table)

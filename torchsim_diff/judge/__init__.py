@@ -7,4 +7,5 @@ computation may legitimately make.
     rule_names        the closed set of rules an op declares (`OpSpec.rounding`)
     oracle            float64 reference and eager baseline for a whole case; its verdict
     op_figures        error figures per op, each judged by its own output
+    local_error       a node's own error: against the float64 op on the route's values of its inputs
 """

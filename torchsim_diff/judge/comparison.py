@@ -66,10 +66,12 @@ class Stats:
     eager_abs_err: float = 0.0
     atol_needed: float = 0.0     # smallest atol passing allclose(route, truth) at the dtype's rtol
     rtol_needed: float = 0.0     # smallest rtol passing it at the dtype's atol
+    eager_atol_needed: float = 0.0   # the same atol for eager's result: what the inputs' conditioning asks
     discrete: int = 0            # integer and boolean elements compared
     unstable: int = 0            # ... of which rounding may flip the decision (not judged)
     carried_ulp: float = 0.0     # largest carried allowance, in ulps of the truth's largest magnitude
     carried_by_op: dict = dataclasses.field(default_factory=dict)   # op -> ulps it adds (Carried.by_op)
+    output_ulp: float = 0.0      # one ulp at the truth's scale (scale_ulp): the floor of err_over_eager
 
     @property
     def err_ratio(self) -> float | None:
@@ -78,6 +80,13 @@ class Stats:
         if self.eager_abs_err == 0.0:
             return None
         return self.max_abs_err / self.eager_abs_err
+
+    @property
+    def err_over_eager(self) -> float:
+        """The error over eager's, eager's floored at one ulp of the output's scale: a route one
+        ulp off where eager happens to round exactly is one ulp off, not infinitely worse."""
+        floor = max(self.eager_abs_err, self.output_ulp)
+        return self.max_abs_err / floor if floor > 0.0 else 0.0
 
     def merge(self, other: "Stats") -> None:
         for field in dataclasses.fields(self):
@@ -223,12 +232,14 @@ def _stats(err, eager_err, t, dtype, carried) -> Stats:
     magnitude = t.abs().nan_to_num(0.0)
     rel = torch.where(magnitude > atol, err / magnitude.clamp(min=atol), torch.zeros_like(err))
     atol_needed = (err - rtol * magnitude).clamp(min=0.0)
+    eager_atol_needed = (eager_err - rtol * magnitude).clamp(min=0.0)
     rtol_needed = torch.where(magnitude > 0, (err - atol).clamp(min=0.0) / magnitude.clamp(min=1e-300),
                               torch.where(err > atol, torch.full_like(err, math.inf), torch.zeros_like(err)))
     spacing = ulp(t, dtype)
     carried_ulp = 0.0 if carried is None else float(carried.double().max() / scale_ulp(t, dtype))
     return Stats(float(err.max()), float(rel.max()), float((err / spacing).max()), float(eager_err.max()),
-                 float(atol_needed.max()), float(rtol_needed.max()), carried_ulp=carried_ulp)
+                 float(atol_needed.max()), float(rtol_needed.max()), float(eager_atol_needed.max()),
+                 carried_ulp=carried_ulp, output_ulp=scale_ulp(t, dtype))
 
 
 def message(where, what, wrong, got, ref, err=None, allowed=None) -> str:

@@ -1,6 +1,7 @@
 """What a run hands people: tables, the HTML page, and reproducer bundles.
 
     tables          summary, tolerance, bucket and coverage tables over records
+    tolerance       tolerance per route x op x dtype and per route; PyTorch's toleranceOverride form
     bundles         reproducer bundles (repro.py, case, inputs, notes) per bucket
     adapter_bundle  repro.py for a Triton-to-linalg adapter bug (the kernel's TTIR)
     mlir_host       the host runner a torch-mlir bundle ships

@@ -145,7 +145,7 @@ def html_page(records, title: str = "torchsim-diff report", new_rows: list | Non
         svg = error_histogram_svg(records, route)
         if svg:
             sections.append(f"<figure><figcaption>{html.escape(route)}</figcaption>{svg}</figure>")
-    sections.append(tables.render(tables.tolerance_rows(records), "html", "Error tolerance"))
+    sections += tolerance_sections(records)
     if timings:
         sections.append(tables.render(tables.timing_rows(timings), "html", "Timing on TOGSim, per kernel"))
     upstream = (lambda row: standing.upstream(row["bucket"])) if standing else (lambda row: None)   # noqa: E731
@@ -211,12 +211,13 @@ def failure_cells(records) -> dict:
 
 def ratio_cells(records) -> dict:
     """(op, route) -> (worst error / eager's error over the judged cases, the bucket of the
-    case it came from): each op by its own output (Record.per_op_figures)."""
+    case it came from): each op by its local figures (Record.local_op_figures), so an error
+    upstream is not charged to it."""
     cells = {}
     for r in records:
         if not r.judged:
             continue
-        for op, figures in r.per_op_figures().items():
+        for op, figures in r.local_op_figures().items():
             ratio = figures.err_ratio
             if ratio is not None and math.isfinite(ratio) and ratio > cells.get((op, r.route), (-1.0, None))[0]:
                 cells[(op, r.route)] = (ratio, r.bucket)
@@ -240,11 +241,23 @@ def heatmap_sections(records, pages: dict) -> list:
         values = {cell: ratio for cell, (ratio, _b) in ratios.items()}
         links = {cell: pages.get(bucket) for cell, (_r, bucket) in ratios.items()}
         sections += ["<h3>Worst error / eager's error, op x route</h3>",
-                     "<p>Each op by its own output; the judge allows about twice eager's error (three times "
+                     "<p>Each op by its own output against the float64 op on the route's own inputs; "
+                     "the judge allows about twice eager's error (three times "
                      "for float16 and bfloat16) on top of the dtype's atol and rtol.</p>",
                      heatmap_svg(values, links, {}, label="error / eager's error", text=ratio_text,
                                  scale=RATIO_SCALE, element_id="heatmap-ratio")]
     return sections
+
+
+def tolerance_sections(records) -> list:
+    """The tolerance tables (report.tolerance): per route x op x dtype, and per route."""
+    from torchsim_diff.report import tolerance
+    note = ("<p>Each op's own error (its output against the float64 op on the route's own values of its "
+            "inputs) over the passing cases; failing cases are counted apart, in rows marked FAILING. "
+            f"Rows of fewer than {tolerance.FEW_CASES} cases are marked. The carried columns compare the op "
+            "with the whole program's float64 value.</p>")
+    return [tables.render(tolerance.tolerance_rows(records), "html", "Error tolerance"), note,
+            tables.render(tolerance.route_tolerance_rows(records), "html", "Tolerance each route needs")]
 
 
 def ratio_text(value: float) -> str:
@@ -404,9 +417,12 @@ def _figures_section(record) -> list:
     if rtol_atol:
         rows["tolerance of the dtype (rtol, atol)"] = f"{rtol_atol[0]:g}, {rtol_atol[1]:g}"
     parts = ["<h3>Error figures (the case as found: its worst output)</h3>", _facts(rows)]
+    if record.op_local_errors:
+        op_rows = [{"op": op, **_named_figures(f)} for op, f in sorted(record.local_op_figures().items())]
+        parts.append(_table(op_rows, "Per op, its own (against the float64 op on the route's values of its inputs)"))
     if record.op_errors:
         op_rows = [{"op": op, **_named_figures(f)} for op, f in sorted(record.per_op_figures().items())]
-        parts.append(_table(op_rows, "Per op"))
+        parts.append(_table(op_rows, "Per op, carried (against the whole program's float64 value)"))
     return parts
 
 

@@ -9,7 +9,6 @@ import csv
 import html
 import io
 import json
-import math
 import os
 import re
 from collections import Counter, defaultdict
@@ -17,7 +16,7 @@ from collections import Counter, defaultdict
 from tabulate import tabulate
 
 from torchsim_diff.report.standing import Standing
-from torchsim_diff.results.kinds import Kind
+from torchsim_diff.report.tolerance import PASSING, tolerance_rows  # noqa: F401 - the tolerance table is one of these
 from torchsim_diff.triage import signatures
 
 FORMATS = ("plain", "md", "csv", "json", "html")
@@ -103,44 +102,6 @@ def summary_rows(records) -> list:
             "cases/s": _fmt_rate(len(recs) - count("skipped"), total_time),   # cases that ran
             "harness %": round(100.0 * _seconds(r.t_harness for r in recs) / per_case, 1) if per_case > 0 else None,
             "start-up s": round(start, 1), "localising s": round(diagnosis, 1),
-        })
-    return rows
-
-
-def _percentile(values: list, q: float):
-    values = sorted(v for v in values if v is not None and math.isfinite(v))
-    if not values:
-        return None
-    return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
-
-
-def tolerance_rows(records) -> list:
-    """Per route x op x dtype: the error seen and the tolerance it implies.
-
-    Each op is judged by its own output (records' `op_errors`, Record.per_op_figures), not by
-    the case's worst one; `atol needed` (at the dtype's default rtol) and `rtol needed` (at its
-    default atol) are the smallest tolerances under which that op's values in every passing and
-    value-failing case would pass torch.allclose against float64.
-    """
-    groups = defaultdict(list)
-    for r in records:
-        if not r.judged or (r.kind is not None and r.kind not in Kind.values_where("tolerance_figures")):
-            continue
-        dtype = r.case_dtype if r.case else ",".join(r.dtypes)
-        for op, figures in r.per_op_figures().items():
-            groups[(r.route, op, dtype)].append((figures, r.status))
-    rows = []
-    for (route, op, dtype), seen in sorted(groups.items()):
-        figures = [f for f, _status in seen]
-        rows.append({
-            "route": route, "op": op, "dtype": dtype, "cases": len(seen),
-            "passed": sum(1 for _f, status in seen if status == "pass"),
-            "max abs err": max((f.max_abs_err or 0.0) for f in figures),
-            "max rel err": max((f.max_rel_err or 0.0) for f in figures),
-            "max ulp": max((f.max_ulp or 0.0) for f in figures),
-            "p99 err/eager": _percentile([f.err_ratio for f in figures], 0.99),
-            "atol needed (default rtol)": _worst(f.atol_needed for f in figures),
-            "rtol needed (default atol)": _worst(f.rtol_needed for f in figures),
         })
     return rows
 
@@ -335,6 +296,22 @@ def _dynamic_shares(records, dtype) -> dict:
 TERMINAL_TOLERANCE_ROWS = 12
 
 
+PREVIEW_COLUMNS = ("route", "op", "dtype", "cases", "err/eager p99", "err/eager max", "atol needed max",
+                   "eager's atol needed max", "max ulp", "carried err/eager max", "note")
+
+
+def tolerance_preview(records) -> list:
+    """The worst TERMINAL_TOLERANCE_ROWS passing rows of the tolerance table (by each op's own
+    error / eager's error), in fewer columns, as lines."""
+    passing = [row for row in tolerance_rows(records) if row["verdict"] == PASSING]
+    worst = [{name: row[name] for name in PREVIEW_COLUMNS} for row in passing[:TERMINAL_TOLERANCE_ROWS]]
+    if not worst:
+        return []
+    title = (f"Error tolerance (the {len(worst)} of {len(passing)} route x op x dtype rows of passing cases "
+             f"with the largest error / eager's error, each op's own; all of them in the HTML report)")
+    return render(worst, "plain", title).splitlines() + [""]
+
+
 def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
     """The buckets never seen before, distinct bugs first, each with its title, reduced size
     and bundle folder."""
@@ -420,12 +397,7 @@ def end_report(records, new_buckets, bundles: dict, run_dir: str, unavailable: d
     if seen:
         lines.append(f"({len(seen)} more bucket{'s' * (len(seen) != 1)} seen before or known: see the HTML report)")
     lines += ["", *render(summary_rows(records), "plain", "Summary").splitlines(), ""]
-    tolerance = tolerance_rows(records)
-    worst = sorted(tolerance, key=lambda row: -(row["max ulp"] or 0.0))[:TERMINAL_TOLERANCE_ROWS]
-    if worst:
-        title = (f"Error tolerance (the {len(worst)} of {len(tolerance)} route x op x dtype rows with the "
-                 f"largest ulp error; all of them in the HTML report)")
-        lines += render(worst, "plain", title).splitlines() + [""]
+    lines += tolerance_preview(records)
     for route, reason in (unavailable or {}).items():
         lines.append(f"route {route} was not fuzzed: {reason}")
     from torchsim_diff.report.html_report import write_report

@@ -111,7 +111,8 @@ class Record:
     message: str | None = ""
     case: dict | None = None                  # the case JSON (case.graph.Case.to_dict)
     # -- per-op figures (the case runner; judge.op_figures) -----------------------------------
-    op_errors: dict | None = None             # op -> {FIGURE_FIELDS...}; null: not measured
+    op_errors: dict | None = None             # op -> {FIGURE_FIELDS...} carried; null: not measured
+    op_local_errors: dict | None = None       # op -> {FIGURE_FIELDS...} of the op alone; null: not measured
     # -- triage (the case runner; triage.reduce) ------------------------------------------------
     known: bool = False                       # a failure in a known bug's bucket
     signature: str | None = None              # the refined signature, from the minimal case
@@ -275,6 +276,15 @@ class Record:
             return {op: self.figures() for op in ops} if len(ops) == 1 else {}
         return {op: Figures.from_dict(f) for op, f in self.op_errors.items()}
 
+    def local_op_figures(self) -> dict:
+        """op -> that op's local Figures (judge.local_error: against the float64 op on the
+        route's own values of its inputs). A single-node case's are its case figures (its inputs
+        are the case's); otherwise {} where not measured, as in records written before local
+        figures existed."""
+        if self.op_local_errors is not None:
+            return {op: Figures.from_dict(f) for op, f in self.op_local_errors.items()}
+        return {self.ops[0]: self.figures()} if self.n_nodes == 1 and len(self.ops) == 1 else {}
+
 
 @dataclasses.dataclass(frozen=True)
 class Figures:
@@ -287,11 +297,12 @@ class Figures:
     err_ratio: float | None = None
     atol_needed: float | None = None
     rtol_needed: float | None = None
+    eager_atol_needed: float | None = None     # local figures only: the atol eager's own result needs
 
     @classmethod
     def from_dict(cls, data: dict) -> "Figures":
-        """Figures of an `op_errors` entry."""
-        return cls(**_fallbacks(data.get, lambda name: name in data))
+        """Figures of an `op_errors` or `op_local_errors` entry."""
+        return cls(**_fallbacks(data.get, lambda name: name in data), eager_atol_needed=data.get("eager_atol_needed"))
 
     @classmethod
     def from_record(cls, record: Record) -> "Figures":
@@ -331,7 +342,8 @@ def _texts(v) -> bool:
 
 def _figures(v) -> bool:
     """An op's own figures (op_errors values): an object whose error figures are numbers."""
-    return isinstance(v, dict) and all(_maybe(_number)(v.get(k)) for k in NUMBER_FIELDS if k in v)
+    return isinstance(v, dict) and all(_maybe(_number)(v.get(k)) for k in (*NUMBER_FIELDS, "eager_atol_needed")
+                                       if k in v)
 
 
 def _case(v) -> bool:
@@ -362,6 +374,8 @@ FIELD_TYPES = {
     "case": (_maybe(_case), "a case object or null"), "reduced_case": (_maybe(_case), "a case object or null"),
     "op_errors": (_maybe(lambda v: isinstance(v, dict) and all(_figures(f) for f in v.values())),
                   "an object of per-op figures or null"),
+    "op_local_errors": (_maybe(lambda v: isinstance(v, dict) and all(_figures(f) for f in v.values())),
+                        "an object of per-op figures or null"),
     "second_size": (_maybe(lambda v: isinstance(v, dict)), "an object or null"),
     "dynamic": (_maybe(lambda v: isinstance(v, bool)), "true, false or null"),
     "known": (lambda v: isinstance(v, bool), "true or false"),

@@ -94,7 +94,7 @@ class CaseRunner:
             triaged = self._triage(verdict, reduce_by)   # first: reducing may move the verdict to another bucket
             record = verdict.record().with_fields(**triaged).known_by_minimal_case(self.known)
             steady = self._capped(self.timeouts.steady(verdict.route))
-            return record.with_fields(op_errors=self.op_figures.for_verdict(self.checker, verdict, steady))
+            return record.with_fields(**self.op_figures.for_verdict(self.checker, verdict, steady).fields())
 
     def is_known(self, verdict) -> bool:
         """A failure whose own minimal case has a known bug's cause signature (self.known: cause
