@@ -169,7 +169,6 @@ FORMS: dict = {
     "int64": _tensor(lambda t: t.dtype == torch.int64),
     "int32": _tensor(lambda t: t.dtype == torch.int32),
     "float16": _tensor(lambda t: t.dtype == torch.float16),
-    "bfloat16": _tensor(lambda t: t.dtype == torch.bfloat16),
     "float32": _tensor(lambda t: t.dtype == torch.float32),
 }
 
@@ -256,8 +255,6 @@ ARG_CONDITIONS: dict = {
     "one piece": lambda a, ops: len(a["sizes"]) == 1,
     "negative index": lambda a, ops: a["index"] < 0,
     "squeeze of a dim not 1": lambda a, ops: ops[0].shape[a["dim"]] != 1,
-    "same dims": lambda a, ops: a["dim0"] % ops[0].dim() == a["dim1"] % ops[0].dim(),
-    "identity permutation": lambda a, ops: a["dims"] == sorted(a["dims"]),
     "whole length": lambda a, ops: a["length"] == ops[0].shape[a["dim"]],
     "new leading dim": lambda a, ops: len(a["size"]) > ops[0].dim(),
     "more repeats than dims": lambda a, ops: len(a["repeats"]) > ops[0].dim(),
