@@ -5,7 +5,9 @@ sharing a prefix repeat a node whole), the share of cases holding special values
 shares, the share with a second size (dynamic shapes), the share dynamic=mixed compiles
 dynamically, the drawing time per case, the operand forms of binary pointwise nodes (same
 shape, broadcasting, 0-d, a Python number or another dtype, on either side), the value classes
-of fresh float inputs and the share of cases holding each view class.
+of fresh float inputs, the share of cases holding each view class, and the edge census: per op
+family and overall, the share of (op, edge) cells (`OpSpec.edges`) that some case met at the op's
+own operands in eager (`--per-op` also lists, per op, how many cases met each cell).
 
     python benchmarks/bench_generator_reach.py --cases 150 --seed 1 --dtypes float32,int64
 """
@@ -30,6 +32,8 @@ from torchsim_diff.ops import all_ops
 from torchsim_diff.report.tables import gini
 from torchsim_diff.routes.compile_options import dynamic_for
 from torchsim_diff.generate import strategies
+from torchsim_diff.generate.edge_reach import cells_met, declared_edges
+from torchsim_diff.ops.edges import FLOAT_ONLY_CLASSES, Value
 from torchsim_diff.generate.strategies import cases
 
 
@@ -147,17 +151,41 @@ def forms_and_views(drawn: list) -> None:
     print("  cases with a view class: " + ", ".join(f"{name} {value:.1f}%" for name, value in views.items()))
 
 
+def edge_census(dtype: str, drawn: list, per_op: bool) -> None:
+    """Cells met at least once, per family and overall; per op, the cases meeting each cell. In an
+    integer case, the float-only value classes (NaN, -0, ...) are no cells."""
+    integers = dtype.startswith("int")
+    cases_meeting = collections.Counter(cell for case in drawn for cell in cells_met(case))
+    by_family = collections.defaultdict(lambda: [0, 0])
+    for spec in all_ops().values():
+        if not spec.supports(dtype):
+            continue
+        counts = {edge.label: cases_meeting[(spec.name, edge.label)] for edge in declared_edges(spec)
+                  if not (integers and isinstance(edge, Value) and edge.value in FLOAT_ONLY_CLASSES)}
+        tally = by_family[spec.family]
+        tally[0] += sum(1 for n in counts.values() if n)
+        tally[1] += len(counts)
+        if per_op and counts:
+            print(f"    {spec.name}: {sum(1 for n in counts.values() if n)}/{len(counts)} cells; "
+                  + ", ".join(f"{label} {n}" for label, n in counts.items()))
+    met, total = (sum(t[i] for t in by_family.values()) for i in (0, 1))
+    print(f"  edge cells met in {len(drawn)} cases: {met}/{total} ({100.0 * met / max(total, 1):.1f}%); "
+          + ", ".join(f"{family} {m}/{n} ({100.0 * m / max(n, 1):.0f}%)" for family, (m, n) in by_family.items()))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=150)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dtypes", default="float32,float16,bfloat16,int32,int64")
+    parser.add_argument("--per-op", action="store_true", help="the edge census per op, cell by cell")
     args = parser.parse_args()
     for dtype in args.dtypes.split(","):
         start = time.perf_counter()
         drawn = draw(dtype, args.cases, args.seed)
         report(dtype, drawn, time.perf_counter() - start)
         forms_and_views(drawn)
+        edge_census(dtype, drawn, args.per_op)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ results are not written by hand but inferred by running the emitted code on meta
 tensors. Adding an op is one `register(OpSpec(...))` call in the family module, which
 names the judge's rounding rule for it (`rounding`, one of the judge's RULES; no default,
 so that a new op cannot silently get no rounding allowance: tests/test_op_rounding.py checks
-the rule against the torch functions the op calls).
+the rule against the torch functions the op calls). Its edges (`edges`: where its semantics
+change regime, `torchsim_diff.ops.edges`) are declared in the same module, at its end, through
+`declare_edges` (tests/test_op_edges.py checks every op has them or says why it has none).
 
     >>> from torchsim_diff.ops import get_op
     >>> get_op("add").emit(["x0", "x1"], {})
@@ -18,6 +20,7 @@ import dataclasses
 from typing import Callable
 
 from torchsim_diff.judge.rule_names import RULES
+from torchsim_diff.ops.edges import check_edges
 
 FAMILIES = ("pointwise", "reduction", "normalization", "matmul", "view", "indexing", "inplace")
 
@@ -57,6 +60,7 @@ class OpSpec:
     mutates: bool = False
     result_domain: str = "real"
     signature: dict = dataclasses.field(default_factory=dict)
+    edges: object = None
 
     def supports(self, dtype: str) -> bool:
         is_float = dtype.startswith(("float", "bfloat"))
@@ -74,8 +78,26 @@ def register(spec: OpSpec) -> OpSpec:
     if spec.rounding not in RULES:
         raise ValueError(f"op {spec.name!r}: rounding={spec.rounding!r} is not one of the judge's rules "
                          f"{tuple(RULES)}")
+    if spec.edges is not None:
+        check_edges(spec.name, spec.edges)
     _REGISTRY[spec.name] = spec
     return spec
+
+
+def declare_edges(edges_by_op: dict) -> None:
+    """Give registered ops their edges (op name -> edges, as OpSpec.edges takes them).
+
+    Family modules declare them after all their builds, not in each register call: the argument
+    schedule names its slots by the file and line of the build that draws (generate/strategies.py),
+    so lines added above a build would change every case a seed gives."""
+    for name, edges in edges_by_op.items():
+        spec = _REGISTRY.get(name)
+        if spec is None:
+            raise UnknownOp(f"edges for op {name!r}, which is not registered")
+        if spec.edges is not None:
+            raise ValueError(f"op {name!r}: its edges are declared twice")
+        check_edges(name, edges)
+        _REGISTRY[name] = dataclasses.replace(spec, edges=edges)
 
 
 _LOADED = False

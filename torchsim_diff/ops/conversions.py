@@ -64,3 +64,20 @@ _register("mul_mixed_float", lambda a, k: call("torch.mul", a), _build_mul_mixed
 
 def _broadcast_shape(b, shape) -> list:
     return [1 if b.draw_bool(0.3) else s for s in shape]
+
+
+# -- edges. Read from torch's docs on type promotion and `Tensor.to` (NaN and out-of-range floats
+# to integers; narrower floats overflow to inf and flush subnormals) and Inductor's to_dtype.
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgValue, Form, values_of  # noqa: E402
+
+declare_edges({
+    "to_int32": values_of(0, "nan", "inf", "-inf", "no fraction", "negative", "-0", 1e4),
+    "to_float": (*values_of(0, "max", "int min", "negative"), ArgValue("dtype", "float16")),
+    "cast_round_trip": (*values_of(0, "subnormal", "max", "nan", "-0", "inf"), ArgValue("via", "bfloat16"),
+                        ArgValue("via", "float16")),
+    "add_int_tensor": (Form(1, "int64"), Form(1, "int32"), Form(1, "stride 0"), *values_of(1, "negative"),
+                       *values_of(0, "nan", "inf")),
+    "mul_mixed_float": (Form(0, "float16"), Form(1, "float16"), Form(0, "float32"), Form(1, "float32"),
+                        *values_of(0, "max", "inf"), *values_of(1, "subnormal"), Form(1, "stride 0")),
+})

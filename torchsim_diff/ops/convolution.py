@@ -110,3 +110,31 @@ def _emit_interpolate(args, attrs):
 
 _register("interpolate", _emit_interpolate, _build_interpolate, "contraction",
           {"size": INTS, "mode": one_of(*INTERPOLATE_MODES), "align_corners": optional(BOOL)})
+
+
+# -- edges. Read from torch's docs (pooling's ceil_mode and padding, interpolate's modes and
+# align_corners), the decompositions (upsample_nearest / bilinear, avg_pool2d's count_include_pad)
+# and Inductor's lowerings (lowering.py: _adaptive_avg_pool2d is a copy when the output is the
+# input, avg_pool2d when it divides it, a fallback past a window of 25; max_pool2d pads with -inf;
+# convolution is an extern kernel that reads the input's layout, channels-last and stride 0 included).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, Value, values_of  # noqa: E402
+
+CONV_EDGES = (ArgShape("depthwise"), ArgShape("grouped"), ArgShape("kernel 1"), ArgShape("stride > kernel"),
+              ArgShape("padding"), ArgShape("dilation"), ArgShape("with bias"), Form(0, "permuted"),
+              Form(0, "stride 0"), Form(1, "permuted"), Value(0, "inf"), Value(1, "nan"))
+POOL_EDGES = (ArgShape("kernel 1"), ArgShape("stride > kernel"), ArgShape("padding"), ArgShape("ceil adds a window"),
+              Form(0, "permuted"), *values_of(0, "inf", "nan"))
+MAX_POOL_EDGES = (*POOL_EDGES, ArgShape("dilation"), *values_of(0, "-inf", "-0"))
+declare_edges({
+    "conv1d": CONV_EDGES,
+    "conv2d": CONV_EDGES,
+    "max_pool1d": MAX_POOL_EDGES,
+    "max_pool2d": MAX_POOL_EDGES,
+    "avg_pool2d": (*POOL_EDGES, Value(0, "max")),
+    "adaptive_avg_pool2d": (ArgShape("output == input"), ArgShape("output divides input"),
+                            ArgShape("window > 25 (fallback)"), Form(0, "permuted"), *values_of(0, "inf", "nan")),
+    "interpolate": (*(ArgValue("mode", mode) for mode in INTERPOLATE_MODES), ArgValue("align_corners", True),
+                    ArgShape("downsampling"), ArgShape("integer upscale"), ArgShape("same size"), Form(0, "permuted"),
+                    *values_of(0, "inf", "nan")),
+})

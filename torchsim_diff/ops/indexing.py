@@ -54,3 +54,20 @@ def _build_advanced_index(b):
 
 register(OpSpec("index", "indexing", lambda a, k: f"{a[0]}[{a[1]}]", _build_advanced_index,
                 rounding="exact", dtypes="any", result_domain="same"))
+
+
+# -- edges. Read from torch's docs (repeated indices read twice; embedding of a 0-d index) and
+# Inductor's lowerings (lowering.py gather / embedding / index: a load at an indirect index with
+# a bounds check at the last valid position; the index operand's own layout, stride 0 included).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, Form, Value  # noqa: E402
+
+READ_EDGES = (Value(1, "duplicate"), ArgShape("index at the end"), Value(1, 0), Form(1, "stride 0"),
+              Form(0, "permuted"), Form(0, "stride 0"), Value(0, "nan"))
+declare_edges({
+    "gather": (*READ_EDGES, ArgShape("dim of size 1")),
+    "index_select": (*READ_EDGES, ArgShape("dim of size 1")),
+    "embedding": (Value(0, "duplicate"), ArgShape("row at the end"), Value(0, 0), Form(0, "0-d"), Form(0, "stride 0"),
+                  Form(1, "permuted"), Value(1, "nan")),
+    "index": READ_EDGES,
+})

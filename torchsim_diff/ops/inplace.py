@@ -113,3 +113,26 @@ def _build_scatter_(b):
 
 _register("scatter_", lambda a, k: f"{a[0]}.scatter_({k['dim']}, {a[1]}, {a[2]})", _build_scatter_, signature={"dim": INT},
           rounding="exact")
+
+
+# -- edges. Read from torch's docs (index_put_ and index_add_ accumulate over repeated indices)
+# and Inductor's functionalization and lowerings (lowering.py index_put_: accumulate or not, a
+# fallback for some forms; a write through a view goes back through its strides and offset).
+# Operand 0 is the written tensor: the input or its view.
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, Value, values_of  # noqa: E402
+
+# Where a write lands: through a view (its strides, its offset).
+TARGET_EDGES = (ArgShape("write through a view"), Form(0, "non-contiguous"), Form(0, "offset"))
+declare_edges({name: (*TARGET_EDGES, *edges) for name, edges in {
+    "add_": (Form(1, "stride 0"), Form(1, "0-d"), *values_of(1, "inf", "-0"), Value(0, "nan")),
+    "mul_": (Form(1, "stride 0"), Form(1, "0-d"), *values_of(1, "inf", "nan"), Value(0, "+0")),
+    "copy_": (Form(1, "stride 0"), Form(1, "0-d"), Form(0, "permuted"), Form(1, "permuted")),
+    "masked_fill_": (*values_of(1, "all true", "all false"), Form(1, "stride 0"), Form(1, "0-d"), Value(0, "nan")),
+    "index_put_": (ArgValue("accumulate", True), Value(1, "duplicate"), ArgShape("index at the end"),
+                   Form(2, "stride 0"), Form(2, "one element"), Value(2, "inf")),
+    "index_add_": (Value(1, "duplicate"), ArgShape("index at the end"), Form(2, "permuted"), *values_of(2, "inf", "nan")),
+    "index_copy_": (ArgShape("index at the end"), ArgShape("dim of size 1"), Form(2, "permuted"), Form(2, "stride 0")),
+    "scatter_": (ArgShape("index at the end"), ArgShape("dim of size 1"), Form(0, "permuted"), Value(2, "nan"),
+                 Form(2, "stride 0")),
+}.items()})

@@ -94,3 +94,36 @@ def _build_einsum(b):
 
 register(OpSpec("einsum", "matmul", lambda a, k: f"torch.einsum({k['equation']!r}, {', '.join(a)})", _build_einsum,
                 rounding="contraction", signature={"equation": EQUATION}))
+
+
+# -- edges. Read from torch's docs (baddbmm / addbmm: with beta 0 the input is ignored, NaN and
+# inf included), the decompositions (torch/_decomp/decompositions.py: matmul's 1-d and
+# batch-broadcast cases; einsum's equations become permute + bmm or a plain sum) and Inductor's
+# lowerings (kernel/mm.py: extern and template kernels read operand layouts, stride 0 and
+# transposed ones included; addmm's bias is an epilogue; lowering.py: addbmm is a fallback).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, Value  # noqa: E402
+
+# The layouts extern and template kernels read, and the degenerate products.
+PRODUCT_EDGES = (Form(0, "stride 0"), Form(1, "stride 0"), Form(0, "permuted"), Form(1, "permuted"),
+                 Form(0, "offset"), ArgShape("K == 1"), ArgShape("M or N == 1"), Value(0, "inf"), Value(1, "nan"))
+BATCHED_ADD_EDGES = (ArgValue("beta", 0.0), ArgValue("alpha", 1.0), ArgValue("beta", 1.0), Value(0, "nan"),
+                     Value(0, "inf"), Value(1, "inf"), Form(0, "stride 0"), Form(1, "permuted"), Form(2, "permuted"),
+                     Form(1, "offset"), ArgShape("K == 1"))
+# Equations that are no product: a diagonal, a transpose, an outer product, a plain sum.
+EINSUM_EDGES = (*(ArgValue("equation", e) for e in ("ii->i", "ij->ji", "i,j->ij", "ijk->ik", "ij,ij->i",
+                                                     "bhqd,bhkd->bhqk")),
+                Form(0, "permuted"), Form(0, "stride 0"), Value(0, "inf"))
+declare_edges({
+    "mm": PRODUCT_EDGES,
+    "bmm": PRODUCT_EDGES,
+    "addmm": (Form(0, "stride 0"), Form(0, "0-d"), ArgShape("1-d operand"), Form(1, "permuted"), Form(2, "permuted"),
+              Form(2, "stride 0"), ArgShape("K == 1"), ArgShape("M or N == 1"), Value(0, "nan"), Value(1, "inf")),
+    "matmul": (ArgShape("1-d operand"), ArgShape("batch broadcast"), ArgShape("K == 1"), Form(0, "permuted"),
+               Form(1, "permuted"), Form(1, "stride 0"), Value(0, "inf"), Value(1, "nan")),
+    "baddbmm": BATCHED_ADD_EDGES,
+    "addbmm": BATCHED_ADD_EDGES,
+    "linear": (ArgShape("with bias"), ArgShape("1-d operand"), Form(0, "permuted"), Form(0, "stride 0"),
+               Form(1, "permuted"), Value(0, "inf"), Value(1, "nan")),
+    "einsum": EINSUM_EDGES,
+})

@@ -80,3 +80,23 @@ def _emit_rms_norm(args, attrs):
 
 register(OpSpec("rms_norm", "normalization", _emit_rms_norm, _build_rms_norm, rounding="normalization",
                 signature={"normalized_shape": INTS, "eps": NUMBER}))
+
+
+# -- edges. Read from torch's docs and decompositions (torch/_decomp/decompositions.py: _softmax
+# subtracts the max, so a row of -inf or one holding inf is NaN; native_layer_norm and
+# native_group_norm divide by the count, so one normalized element has variance 0; rms_norm's
+# eps) and Inductor's lowering (a softmax over a size-1 dim or of a 0-d operand).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, Value, values_of  # noqa: E402
+
+SOFTMAX_EDGES = (*values_of(0, "-inf", "inf", "nan", "exp overflow"), ArgShape("dim of size 1"),
+                 ArgShape("negative dim"), Form(0, "0-d"), Form(0, "permuted"))
+# The statistics over the normalized elements: huge values, the affine weights, the layout.
+NORM_EDGES = (*values_of(0, "inf", "nan", "max"), ArgShape("weight given"), Form(0, "permuted"))
+declare_edges({
+    "softmax": SOFTMAX_EDGES,
+    "log_softmax": (*SOFTMAX_EDGES, Value(0, "exp underflow")),
+    "layer_norm": (*NORM_EDGES, ArgShape("normalized over one element")),
+    "group_norm": (*NORM_EDGES, ArgShape("one group"), ArgShape("group per channel")),
+    "rms_norm": (*NORM_EDGES, ArgShape("normalized over one element"), Value(0, "+0"), ArgValue("eps", 0.1)),
+})

@@ -226,3 +226,82 @@ register(OpSpec("addcmul", "pointwise", lambda a, k: call("torch.addcmul", a, va
                 _build_addc("real"), rounding="pointwise", signature={"value": NUMBER}))
 register(OpSpec("addcdiv", "pointwise", lambda a, k: call("torch.addcdiv", a, value=k["value"]),
                 _build_addc("nonzero"), rounding="pointwise", signature={"value": NUMBER}))
+
+
+# -- edges. Read from torch's docs, its refs (torch/_refs/__init__.py: where, clamp, lerp's
+# weight < 0.5 branch, addcdiv's value, floor_divide and remainder at signed zeros and
+# infinities) and Inductor's lowerings (lowering.py: pow's scalar exponents 0.5 / integers / 1,
+# fmod, div_mode, clamp as maximum(minimum)), with the IEEE regimes of each function in the
+# operand's own dtype (exp's overflow, signed zeros, NaN propagation).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, Value, values_of  # noqa: E402
+
+UNARY_EDGES = {
+    "relu": values_of(0, "nan", "-0", "-inf"),
+    "gelu": values_of(0, "nan", "inf", "-inf", "subnormal"),
+    "sigmoid": values_of(0, "nan", "inf", "-inf", "-exp overflow", "exp overflow"),
+    "silu": values_of(0, "nan", "inf", "-inf", "-exp overflow"),
+    "tanh": values_of(0, "nan", "inf", "-inf", "-0", "subnormal"),
+    "exp": values_of(0, "nan", "inf", "-inf", "exp overflow", "exp underflow"),
+    "log": values_of(0, "+0", "-0", "negative", "subnormal", "inf", "nan", 1.0),
+    "sqrt": values_of(0, "-0", "negative", "subnormal", "inf", "nan"),
+    "rsqrt": values_of(0, "+0", "-0", "negative", "subnormal", "inf"),
+    "abs": values_of(0, "-0", "-inf", "nan", "int min"),
+    "neg": values_of(0, "+0", "nan", "int min", "max"),
+    "sign": values_of(0, "+0", "-0", "nan", "negative"),
+    "erf": values_of(0, "nan", "inf", "-inf", "-0"),
+    "sin": values_of(0, "nan", "inf", "-0", "no fraction"),
+    "cos": values_of(0, "nan", "inf", "no fraction"),
+    "reciprocal": values_of(0, "+0", "-0", "subnormal", "inf", "max"),
+    "floor": values_of(0, "-0", "negative", "no fraction", "nan", "-inf"),
+    "round": values_of(0, "tie", "-0", "no fraction", "nan", "inf"),
+    "expm1": values_of(0, "-0", "subnormal", "exp overflow", "-inf", "nan"),
+    "log1p": values_of(0, -1.0, "-0", "subnormal", "inf", "nan"),
+    "hardswish": values_of(0, 3.0, -3.0, "nan", "inf", "-inf"),
+    "elu": values_of(0, "+0", "-0", "-inf", "nan", "exp underflow"),
+}
+# A Python number or 0-d operand takes other lowerings (pow's exponent, a wrapped number's promotion).
+_SMALL_RIGHT = (Form(1, "scalar"), Form(1, "0-d"))
+BINARY_EDGES = {
+    "add": (*values_of(0, "-0", "inf", "max", "nan"), *values_of(1, "-0", "-inf"), *_SMALL_RIGHT, Form(0, "scalar")),
+    "sub": (*values_of(0, "-0", "inf", "int min", "nan"), *values_of(1, "+0", "inf"), *_SMALL_RIGHT, Form(0, "scalar")),
+    "mul": (*values_of(0, "inf", "-0", "max", "nan"), *values_of(1, "+0", "negative"), *_SMALL_RIGHT,
+            Form(0, "scalar")),
+    "div": (*values_of(0, "inf", "nan", "+0"), *values_of(1, "+0", "-0", "subnormal", "inf"), *_SMALL_RIGHT,
+            Form(0, "scalar")),
+    "maximum": (*values_of(0, "nan", "-0", "-inf"), *values_of(1, "nan", "+0"), Form(1, "0-d"), Form(1, "stride 0")),
+    "minimum": (*values_of(0, "nan", "+0", "inf"), *values_of(1, "nan", "-0"), Form(1, "0-d"), Form(1, "stride 0")),
+    "pow": (*values_of(0, "-inf", "+0", "-0", "negative", "nan", 1.0),
+            *values_of(1, 0.5, 0.0, 1.0, 2.0, -1.0, "negative", "nan", "inf"), *_SMALL_RIGHT, Form(0, "scalar")),
+    "fmod": (*values_of(0, "inf", "-0", "negative", "no fraction", "nan"),
+             *values_of(1, "subnormal", "+0", "-0", "inf", "negative"), *_SMALL_RIGHT),
+    "remainder": (*values_of(0, "inf", "-0", "negative", "no fraction", "nan", "int min"),
+                  *values_of(1, "subnormal", "+0", "-0", "inf", "negative", -1.0), *_SMALL_RIGHT, Form(0, "scalar")),
+    "floor_divide": (*values_of(0, "inf", "-inf", "-0", "negative", "int min", "nan"),
+                     *values_of(1, "+0", "-0", "inf", "negative", "subnormal", -1.0), *_SMALL_RIGHT,
+                     Form(0, "scalar")),
+    "atan2": (*values_of(0, "+0", "-0", "inf", "nan"), *values_of(1, "+0", "-0", "-inf", "inf"), Form(1, "0-d")),
+}
+# Every comparison: NaN compares false (ne true), -0 == +0, infinities, a number, another dtype.
+COMPARISON_EDGES = (*values_of(0, "nan", "-0", "-inf"), *values_of(1, "nan", "+0", "inf"), *_SMALL_RIGHT,
+                    Form(1, "int32"))
+declare_edges({
+    **UNARY_EDGES,
+    **BINARY_EDGES,
+    **{name: COMPARISON_EDGES for name in ("eq", "ne", "lt", "le", "gt", "ge")},
+    "where": (Value(0, "all true"), Value(0, "all false"), Form(0, "stride 0"), Form(0, "0-d"), Value(1, "nan"),
+              Value(2, "-0"), Form(1, "scalar"), Form(2, "scalar"), Form(2, "stride 0")),
+    "clamp": (ArgShape("min >= max"), ArgShape("min only"), ArgShape("max only"),
+              *values_of(0, "nan", "-0", "inf", "-inf")),
+    "clamp_tensor": (ArgShape("min > max elementwise"), *values_of(0, "nan"), *values_of(1, "nan", "-inf"),
+                     *values_of(2, "nan", "inf"), Form(1, "stride 0"), Form(2, "0-d")),
+    "hardtanh": (ArgShape("min >= max"), ArgShape("x at a bound"), *values_of(0, "nan", "-0", "inf")),
+    "leaky_relu": (ArgShape("slope outside [0, 1]"), ArgValue("negative_slope", 1.5), *values_of(0, "-0", "-inf", "nan")),
+    # torch/_refs lerp: start + w * (end - start) below |w| 0.5, end - (end - start) * (1 - w) from it.
+    "lerp": (ArgValue("weight", 0.5), ArgValue("weight", 1.0), ArgValue("weight", 0.0), ArgValue("weight", 1.5),
+             *values_of(2, 0.5, "negative"), Value(0, "inf"), *values_of(1, "inf", "nan"), Form(2, "stride 0")),
+    "addcmul": (ArgValue("value", 1.0), Value(1, "inf"), Value(2, "+0"), Value(0, "nan"), Form(1, "stride 0"),
+                Form(2, "0-d")),
+    "addcdiv": (ArgValue("value", 1.0), *values_of(2, "+0", "subnormal"), Value(1, "inf"), Value(0, "nan"),
+                Form(2, "stride 0")),
+})

@@ -110,3 +110,38 @@ register(OpSpec("max_dim", "reduction",
                 lambda a, k: f"{call('torch.max', a, dim=k['dim'], keepdim=k['keepdim'])}.values",
                 _build_max_dim, rounding="exact", dtypes="any", result_domain="same",
                 signature={"dim": INT, "keepdim": BOOL}))
+
+
+# -- edges. Read from torch's docs (NaN propagation of amax and argmax, var's correction),
+# torch/_refs (var with a correction of at least the count, a reduction over no dim) and
+# Inductor's lowerings (lowering.py: var_mean_sum_ or welford; a reduction of one element or of
+# a 0-d operand; sum and prod of integers promoted; logsumexp subtracts the max, which inf breaks).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, values_of  # noqa: E402
+
+# The reduced extent: everything, one element, a size-1 dim; 0-d, broadcast and permuted operands.
+EXTENT_EDGES = (ArgShape("no dim"), ArgShape("one element reduced"), ArgShape("dim of size 1"), ArgShape("keepdim"),
+                Form(0, "0-d"), Form(0, "stride 0"), Form(0, "permuted"))
+# Which index wins: NaN first, the first of tied values.
+ARG_EXTREME_EDGES = (ArgShape("no dim"), ArgShape("one element reduced"), ArgShape("dim of size 1"),
+                     ArgShape("keepdim"), Form(0, "0-d"), *values_of(0, "nan", "duplicate", "-0"))
+# var of one element, and a correction of at least the count (a divisor <= 0), are eager's NaN or inf.
+VAR_EDGES = (ArgShape("one element reduced"), ArgShape("correction >= count"), ArgValue("correction", 0),
+             ArgShape("no dim"), ArgShape("dim of size 1"), Form(0, "0-d"), Form(0, "stride 0"),
+             *values_of(0, "inf", "nan", "max"))
+declare_edges({
+    "sum": (*EXTENT_EDGES, *values_of(0, "inf", "-inf", "nan", "max")),
+    "mean": (*EXTENT_EDGES, *values_of(0, "inf", "-inf", "nan", "max")),
+    "amax": (*EXTENT_EDGES, *values_of(0, "nan", "-inf", "-0", "int min")),
+    "amin": (*EXTENT_EDGES, *values_of(0, "nan", "inf", "-0", "max")),
+    "argmax": (*ARG_EXTREME_EDGES, *values_of(0, "inf")),
+    "argmin": (*ARG_EXTREME_EDGES, *values_of(0, "-inf")),
+    "prod": (ArgShape("no dim"), ArgShape("one element reduced"), ArgShape("dim of size 1"), Form(0, "0-d"),
+             *values_of(0, "+0", "inf", "nan", "max", "negative")),
+    "var": VAR_EDGES,
+    "std": VAR_EDGES,
+    "logsumexp": (*values_of(0, "inf", "-inf", "nan", "exp overflow", "exp underflow"),
+                  ArgShape("one element reduced"), ArgShape("dim of size 1")),
+    "max_dim": (*values_of(0, "nan", "-0", "-inf", "duplicate"), ArgShape("dim of size 1"), ArgShape("keepdim"),
+                Form(0, "permuted")),
+})

@@ -48,3 +48,25 @@ def _build_topk(b):
 
 _register("topk", lambda a, k: f"{call('torch.topk', a, k=k['k'], dim=k['dim'], largest=k['largest'])}.values",
           _build_topk, "exact", result_domain="same", signature={"k": INT, "dim": INT, "largest": BOOL})
+
+
+# -- edges. Read from torch's docs (NaN's place in sort, stable ties) and Inductor's lowerings
+# (lowering.py: cumsum / cumprod / logcumsumexp of a 0-d operand, and a scan it cannot generate
+# falls back; sort and topk fall back unless decompose_sort_ops; cumsum of integers to int64).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, values_of  # noqa: E402
+
+# A scan along a size-1 dim or of a 0-d operand (a branch of its own in the lowering), a negative dim.
+SCAN_EXTENT = (ArgShape("dim of size 1"), ArgShape("negative dim"), Form(0, "0-d"), Form(0, "permuted"))
+SORT_EDGES = (ArgValue("descending", True), ArgShape("dim of size 1"), Form(0, "0-d"), Form(0, "permuted"),
+              *values_of(0, "nan", "-0", "duplicate", "inf", "-inf"))
+declare_edges({
+    "cumsum": (*SCAN_EXTENT, *values_of(0, "inf", "-inf", "nan", "max"), Form(0, "int32")),
+    "cumprod": (*SCAN_EXTENT, *values_of(0, "+0", "inf", "nan", "max")),
+    "logcumsumexp": (*SCAN_EXTENT, *values_of(0, "exp overflow", "-inf", "inf", "nan")),
+    "cummax": (*SCAN_EXTENT, *values_of(0, "nan", "-0", "duplicate", "-inf")),
+    "sort": SORT_EDGES,
+    "argsort": SORT_EDGES,
+    "topk": (ArgShape("k == size"), ArgValue("k", 1), ArgValue("largest", False), ArgShape("dim of size 1"),
+             *values_of(0, "nan", "duplicate", "-inf"), Form(0, "permuted")),
+})

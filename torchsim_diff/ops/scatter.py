@@ -103,3 +103,24 @@ def _build_masked_scatter(b):
 
 _register("masked_scatter", lambda a, k: f"{a[0]}.masked_scatter({a[1]}, {a[2]})", _build_masked_scatter, {},
           rounding="exact")
+
+
+# -- edges. Read from torch's docs (scatter_reduce / index_reduce: each reduce mode,
+# include_self=False, mean's count) and Inductor's lowerings (lowering.py scatter_reduce_: sum is
+# generated, other modes fall back; index_reduce and masked_scatter are fallbacks, so the
+# operands' layouts reach ATen).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, Value, values_of  # noqa: E402
+
+# Repeated indices (the reduction over duplicates), the last position, special sources.
+WRITE_EDGES = (Value(1, "duplicate"), ArgShape("index at the end"), *values_of(2, "nan", "inf"), Form(0, "permuted"),
+               Form(2, "stride 0"))
+MASK_EDGES = (Value(1, "all true"), Value(1, "all false"), Form(1, "stride 0"), Form(1, "0-d"))
+declare_edges({
+    "scatter_reduce": (*(ArgValue("reduce", r) for r in SCATTER_REDUCES), ArgValue("include_self", False),
+                       *WRITE_EDGES, Value(2, "+0")),
+    "scatter_add": (*WRITE_EDGES, Value(2, "-inf")),
+    "index_reduce": (*(ArgValue("reduce", r) for r in INDEX_REDUCES), ArgValue("include_self", False), *WRITE_EDGES),
+    "masked_fill": (*MASK_EDGES, ArgValue("value", float("-inf")), Value(0, "nan"), Form(0, "permuted")),
+    "masked_scatter": (*MASK_EDGES, Form(0, "permuted"), Form(2, "permuted"), Form(0, "0-d")),
+})

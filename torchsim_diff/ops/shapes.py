@@ -92,3 +92,26 @@ def _build_select(b):
 
 _register("select", lambda a, k: call("torch.select", a, dim=k["dim"], index=k["index"]), _build_select,
           signature={"dim": INT, "index": INT}, rounding="exact")
+
+
+# -- edges. Read from torch's docs (roll wraps shifts past the size; tril/triu's diagonal may
+# lie outside the matrix; chunk returns fewer pieces than asked) and Inductor's lowerings
+# (lowering.py: roll takes the shift modulo the size; tril/triu are a where over an index
+# comparison; select wraps a negative index).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, Form, Value  # noqa: E402
+
+TRIANGLE_EDGES = (ArgShape("diagonal past the size"), ArgShape("negative diagonal"), Value(0, "nan"), Value(0, "-0"),
+                  Form(0, "permuted"), Form(0, "stride 0"))
+declare_edges({
+    "flip": (Form(0, "size-1 dim"), Form(0, "stride 0"), Form(0, "permuted"), Form(0, "offset")),
+    "roll": (ArgShape("shift >= size"), ArgShape("negative shift"), ArgShape("shift of whole turns"),
+             Form(0, "size-1 dim"), Form(0, "stride 0"), Form(0, "permuted")),
+    "tril": TRIANGLE_EDGES,
+    "triu": TRIANGLE_EDGES,
+    "stack": (ArgShape("new last dim"), Form(0, "0-d"), Form(1, "stride 0"), Form(0, "permuted")),
+    "split": (ArgShape("one piece"), Form(0, "permuted"), Form(0, "stride 0")),
+    "chunk": (ArgShape("chunks > size"), ArgShape("uneven chunks"), ArgShape("dim of size 1"), Form(0, "stride 0"),
+              Value(0, "inf")),
+    "select": (ArgShape("negative index"), Form(0, "stride 0"), Form(0, "offset"), Form(0, "size-1 dim")),
+})

@@ -182,3 +182,32 @@ def _build_repeat(b):
 
 _register("repeat", lambda a, k: f"{a[0]}.repeat({', '.join(map(str, k['repeats']))})", _build_repeat,
           {"repeats": INTS}, rounding="exact")
+
+
+# -- edges. Read from torch's docs (reshape copies what a view cannot express; slice and narrow
+# bounds) and Inductor's lowerings (lowering.py: slice_ clamps start, stop and step; expand of a
+# 0-d or broadcast operand; cat picks a ConcatKernel or a pointwise cat by its operands;
+# constant_pad_nd crops on negative pads; clone of a dense or a strided operand).
+from torchsim_diff.ops import declare_edges  # noqa: E402 - see declare_edges
+from torchsim_diff.ops.edges import ArgShape, ArgValue, Form, NoEdges, Value  # noqa: E402
+
+PURE_VIEW = NoEdges("a pure view: it moves no value, and its index map branches on no value or argument")
+declare_edges({
+    "transpose": PURE_VIEW,
+    "permute": PURE_VIEW,
+    "unsqueeze": PURE_VIEW,
+    # reshape is a view where the strides allow it, a copy elsewhere.
+    "reshape": (Form(0, "non-contiguous"), Form(0, "stride 0"), Form(0, "0-d"), Form(0, "offset")),
+    "view": (Form(0, "non-contiguous"), Form(0, "0-d"), Form(0, "offset")),
+    "slice": (ArgShape("step past the end"), ArgValue("stop", None), Form(0, "offset"), Form(0, "stride 0"),
+              Form(0, "permuted")),
+    "narrow": (ArgShape("whole length"), ArgValue("start", 0), Form(0, "offset"), Form(0, "stride 0")),
+    "expand": (ArgShape("new leading dim"), Form(0, "0-d"), Form(0, "stride 0"), Form(0, "offset")),
+    "squeeze": (ArgShape("squeeze of a dim not 1"), Form(0, "one element")),
+    "cat": (ArgShape("cat along the last dim"), ArgShape("dim of size 1"), Form(0, "permuted"), Form(1, "stride 0"),
+            Form(1, "offset"), Value(1, "nan")),
+    "constant_pad_nd": (ArgShape("zero pad"), ArgShape("negative pad"), ArgValue("value", 0.0), Form(0, "permuted"),
+                        Form(0, "stride 0"), Value(0, "nan")),
+    "contiguous": (Form(0, "non-contiguous"), Form(0, "stride 0"), Form(0, "offset"), Form(0, "permuted")),
+    "repeat": (ArgShape("more repeats than dims"), Form(0, "0-d"), Form(0, "stride 0"), Form(0, "permuted")),
+})
