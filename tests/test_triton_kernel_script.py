@@ -92,6 +92,19 @@ def test_a_program_of_two_kernels_is_not_shown_as_one_launch(tmp_path):
         plain.plan_launch(case, _capture(tmp_path / "kernels", case, "-tmp0", launches=2), crashes=False)
 
 
+def test_a_capture_naming_a_buffer_that_is_no_python_name_is_refused(tmp_path):
+    """Buffer and block-size names become Python names in repro.py; a capture is a file, so a
+    name that would be code is refused."""
+    case = _neg_case()
+    folder = _capture(tmp_path / "kernels", case, "-tmp0")
+    path = tmp_path / "kernels" / "000_triton_poi_fused_neg_0" / "launch.json"
+    meta = json.loads(path.read_text())
+    meta["constexprs"] = {"XBLOCK=4);import os;(": 4}
+    path.write_text(json.dumps(meta))
+    with pytest.raises(plain.PlainKernelError, match="no Python name"):
+        plain.plan_launch(case, folder, crashes=False)
+
+
 def test_a_triton_draft_through_torch_compile_must_say_why(tmp_path):
     (tmp_path / "ISSUE.md").write_text("<!-- File at https://github.com/triton-lang/triton/issues/new?template=bug.yml"
                                        " -->\n# t\n")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import keyword
 import math
 import os
 import re
@@ -89,10 +90,12 @@ def plan_launch(case, capture_folder: str, crashes: bool) -> PlainLaunch:
         raise PlainKernelError(f"the program runs {len(folders)} kernels; one plain launch shows one")
     launch = CapturedLaunch(folders[-1])                 # a crash: the launch that raised is the last
     meta = launch.meta
+    _check_names([*meta["buffers"], *meta["constexprs"]])
     with open(launch.source_path, encoding="utf-8") as handle:
         source = plain_kernel_source(handle.read(), meta["kernel_name"])
     args = [_argument(arg, meta["buffers"]) for arg in meta["args"]]
-    buffers = [_buffer(launch, name) for name in meta["buffers"]]
+    storages = launch.storages("before", "cpu")
+    buffers = [_buffer(name, info["dtype"], storages[name]) for name, info in meta["buffers"].items()]
     if not crashes:
         buffers = _with_expected(case, meta, buffers)
     return PlainLaunch(meta["kernel_name"], source, helpers_used(source), tuple(meta["grid"]),
@@ -107,10 +110,16 @@ def _argument(arg: dict, buffers: dict) -> tuple:
     return ("scalar", arg["value"])
 
 
-def _buffer(launch, name: str) -> Buffer:
+def _check_names(names: list) -> None:
+    """Buffer and block-size names become Python names in repro.py: identifiers only (a capture is a file)."""
+    bad = [name for name in names if not (isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name))]
+    if bad:
+        raise PlainKernelError(f"the capture names {str(bad[0])[:40]!r}, which is no Python name")
+
+
+def _buffer(name: str, dtype: str, raw) -> Buffer:
     from torchsim_diff.triage.kernels.capture import torch_dtype
-    dtype = launch.meta["buffers"][name]["dtype"]
-    storage = launch.storages("before", "cpu")[name].view(torch_dtype(dtype))
+    storage = raw.view(torch_dtype(dtype))
     if storage.numel() > INLINE_ELEMENTS:
         raise PlainKernelError(f"buffer {name} holds {storage.numel()} elements, more than a literal launch shows")
     return Buffer(name, dtype, storage.tolist())
