@@ -562,10 +562,11 @@ def _run_record(args) -> tuple:
     their artifact folders resolved inside their own run folder; one whose folder lies outside
     it was refused by the reader, and so is the export if the bucket has no other record."""
     from torchsim_diff.triage.bucket_history import smallest_per_bucket
-    from torchsim_diff.results.jsonl import find_results, read_all
+    from torchsim_diff.results.jsonl import ReadLog, find_results, stream_records
     _existing(args.runs, "run folder or results file", "--from")
-    records, log = read_all(find_results(args.runs))
+    log = ReadLog()
     where = ", ".join(args.runs)
+    records = (r for r in stream_records(find_results(args.runs), log) if r.bucket == args.bucket)
     record = smallest_per_bucket(records).get(args.bucket)
     if record is None and args.bucket in log.refused:
         raise UsageError(f"bucket {args.bucket} refused: {log.refused[args.bucket]}")
@@ -772,7 +773,7 @@ def _check_cuda() -> None:
 def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
     from torchsim_diff.report import tables
-    from torchsim_diff.results.jsonl import find_results, read_all
+    from torchsim_diff.results.jsonl import find_results
     kinds = {"summary": tables.summary_rows, "tolerance": tables.tolerance_rows,
              "buckets": tables.bucket_rows, "coverage": tables.coverage_rows, "mix": tables.mix_rows,
              "args": tables.args_rows, "history": lambda _records: _history_rows(args.buckets),
@@ -789,16 +790,28 @@ def cmd_table(args) -> int:
     files = find_results(args.dirs)
     if not files:
         raise UsageError(f"no results*.jsonl found under {', '.join(args.dirs)}")
-    records, log = read_all(files)
-    if not records:
-        raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
-    _warn(log.summary())
-    if args.format == "html" and not args.tables:
+    whole_page = args.format == "html" and not args.tables
+    records = _table_records(files, whole=whole_page)
+    if whole_page:
         from torchsim_diff.report.html_report import html_page
         print(html_page(records))
         return EXIT_CLEAN
     print("\n\n".join(tables.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
+
+
+def _table_records(files: list, *, whole: bool) -> list:
+    """The records of `files`, read one at a time and each kept as the tables read it
+    (tables.table_view), or whole for the HTML page; unreadable lines are counted in one warning."""
+    from torchsim_diff.report.tables import table_view
+    from torchsim_diff.results.jsonl import ReadLog, stream_records
+    log, shared = ReadLog(), {}
+    stream = stream_records(files, log)
+    records = list(stream) if whole else [table_view(record, shared) for record in stream]
+    if not records:
+        raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
+    _warn(log.summary())
+    return records
 
 
 def _timing_kernels(dirs: list) -> list:
