@@ -99,20 +99,17 @@ def table_view(record, shared: dict):
     record without a bucket cut to its first line (a bucket's whole message names it:
     signatures.record_signature), and names, name lists and nodes taken from `shared` (one dict
     per reading, filled as it goes) when an earlier record had the same."""
-    from torchsim_diff.results.record import Record
-    kept = {name: getattr(record, name) for name in TABLE_FIELDS}
-    for name in ("route", "status", "kind", "bucket", "op", "first_op"):
-        kept[name] = _once(kept[name], shared)
-    for name in ("ops", "dtypes", "layouts", "trigger"):
-        kept[name] = _once(tuple(kept[name]), shared) if kept[name] is not None else None
-    kept["second_size"] = {"shapes": record.second_size_shapes} if record.second_size else record.second_size
-    kept["case"] = _case_view(record.case, shared) if record.case else record.case
-    if record.op_errors:
-        kept["op_errors"] = {_once(op, shared): {_once(name, shared): value for name, value in figures.items()}
-                             for op, figures in record.op_errors.items()}
-    if not record.bucket:
-        kept["message"] = _once(record.first_message_line, shared)
-    return Record(**kept, absent=record.absent)
+    once = lambda value: _once(value, shared)                                # noqa: E731
+    names = lambda values: None if values is None else once(tuple(values))   # noqa: E731
+    op_errors = {once(op): {once(name): value for name, value in figures.items()}
+                 for op, figures in record.op_errors.items()} if record.op_errors else record.op_errors
+    return record.only(
+        TABLE_FIELDS, route=once(record.route), status=once(record.status), kind=once(record.kind),
+        bucket=once(record.bucket), op=once(record.op), first_op=once(record.first_op), ops=names(record.ops),
+        dtypes=names(record.dtypes), layouts=names(record.layouts), trigger=names(record.trigger),
+        second_size={"shapes": record.second_size_shapes} if record.second_size else record.second_size,
+        case=_case_view(record.case, shared) if record.case else record.case, op_errors=op_errors,
+        message=record.message if record.bucket else once(record.first_message_line))
 
 
 def _case_view(case: dict, shared: dict) -> dict:
