@@ -126,7 +126,7 @@ def _route_or_usage(name: str):
 # -- fuzz -------------------------------------------------------------------------------
 def cmd_fuzz(args) -> int:
     """Run a campaign; print a summary table; exit with a status of EXIT_STATUS_HELP."""
-    from torchsim_diff.campaign.fuzz import CampaignResult
+    from torchsim_diff.campaign.fuzz import CampaignResult, settle_told
     from torchsim_diff.report.tables import bucket_rows, render, summary_rows, unconfirmed_lines
     from torchsim_diff.generate.strategies import InvalidArgument
     opts = None
@@ -157,6 +157,7 @@ def cmd_fuzz(args) -> int:
     print(f"\n{_counts(result)}, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (f" (interrupted by {signal.Signals(result.signal).name})" if result.interrupted else ""))
     reported = _print_html_report(opts.out_dir, result, standing)
+    settle_told(result, opts)
     for route, reason in result.abandoned.items():
         print(f"route {route} could not be tested to the end: {reason}")
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
@@ -187,7 +188,8 @@ def _campaign_options(args):
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
                            reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
-                           batch=args.batch, known_bugs=_known_bugs(args), self_check=not args.no_self_check)
+                           batch=args.batch, known_bugs=_known_bugs(args), self_check=not args.no_self_check,
+                           settle_when_told=True)
 
 
 def _standing_of(result, opts):
