@@ -6,8 +6,9 @@ Makes a results.jsonl of about --mb megabytes by repeating the real records of a
 (`--from RUN_DIR`, or a 50-case `fuzz --routes eager` campaign run first), each copy with its
 own case id, then runs `table` on it once per --code folder (a checkout whose torchsim_diff is
 imported: the default is this one; give an older checkout to compare) and prints, for each,
-the file's size, the child's peak resident memory (getrusage of that child) and bytes of
-memory per byte of file. Figures, never asserts.
+the file's size, the child's peak resident memory (getrusage of that child), the same on a
+one-record file (what imports cost, torch among them), and the bytes of memory the records
+add per byte of file. Figures, never asserts.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def write_large_file(path: str, pattern: list, megabytes: float) -> tuple:
     written: (bytes, records)."""
     goal, written, copy = megabytes * 1e6, 0, 0
     with open(path, "w", encoding="utf-8") as handle:
-        while written < goal:
+        while copy == 0 or written < goal:
             for record in pattern:
                 line = json.dumps({**record, "case_id": f"{record['case_id']}-{copy}"}) + "\n"
                 handle.write(line)
@@ -75,12 +76,16 @@ def main(argv=None) -> int:
         pattern = pattern_lines(args.run or small_run(folder))
         path = os.path.join(folder, "results.jsonl")
         size, lines = write_large_file(path, pattern, args.mb)
+        one = os.path.join(folder, "one", "results.jsonl")
+        os.makedirs(os.path.dirname(one))
+        write_large_file(one, pattern[:1], 0)
         print(f"results file: {size / 1e6:.1f} MB, {lines} records ({len(pattern)} repeated)")
-        print(f"{'code':<40} {'peak RSS MB':>12} {'RSS/file':>9} {'seconds':>8} {'exit':>5}")
+        print(f"{'code':<30} {'peak RSS MB':>12} {'one record MB':>13} {'added/file byte':>15} {'seconds':>8} {'exit':>5}")
         for code in args.code:
             rss, seconds, status = peak_rss_of_table(path, code)
-            print(f"{os.path.basename(os.path.abspath(code)):<40} {rss / 1e6:>12.1f} {rss / size:>9.2f} "
-                  f"{seconds:>8.1f} {status:>5}")
+            floor = peak_rss_of_table(one, code)[0]
+            print(f"{os.path.basename(os.path.abspath(code)):<30} {rss / 1e6:>12.1f} {floor / 1e6:>13.1f} "
+                  f"{(rss - floor) / size:>15.2f} {seconds:>8.1f} {status:>5}")
     print(f"(this process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3:.1f} MB)")
     return 0
 
