@@ -1,6 +1,7 @@
 """Reproducer bundles: the real inductor bug reproduces with torch alone in at most 40 lines, a
 passing case does not, torch missing exits 2; tolerances, titles, projects, shims and inputs."""
 import ast
+import json
 import os
 import platform
 import subprocess
@@ -492,6 +493,25 @@ def test_a_value_bug_in_the_mlir_lowering_runs_on_the_host_whichever_of_torch_ml
 def _bundle_with_script(tmp_path) -> str:
     (tmp_path / "repro.py").write_text("print('REPRODUCES')\n")
     return str(tmp_path)
+
+
+def test_a_bundle_whose_write_was_killed_part_way_is_written_again(add_case, tmp_path):
+    """kill -9 of a campaign during its self-check left a bundle's first files without their
+    manifest; the rerun's self-check refused the folder, and the bucket was never NEW again."""
+    record = _record(add_case)
+    folder = tmp_path / "b"
+    bundles.claim_folder(str(folder))               # what a write killed after its first file leaves
+    (folder / "case.json").write_text("{")
+    assert bundles.write_bundle(record, str(folder)) == str(folder)
+    manifest = (folder / bundles.MANIFEST).read_text().split()
+    assert bundles.UNFINISHED not in manifest and "case.json" in manifest
+    assert json.loads((folder / "case.json").read_text())["nodes"]
+    (folder / bundles.HARNESS_RUN_DIR).mkdir()      # what its repro.py makes when the self-check runs it
+    assert bundles.write_bundle(record, str(folder)) == str(folder)
+    mine = tmp_path / "mine"                        # no manifest: the same name is a user's file
+    (mine / bundles.HARNESS_RUN_DIR).mkdir(parents=True)
+    with pytest.raises(bundles.BundleError, match="holds files no export wrote"):
+        bundles.write_bundle(record, str(mine))
 
 
 def test_a_bundle_is_written_only_into_a_folder_that_is_ours(add_case, tmp_path):

@@ -25,6 +25,27 @@ def test_a_bug_whose_repro_reproduces_is_new_with_its_bundle(tmp_path, double_ro
     assert set(history) == {failing[0].bucket}
     assert "NEW" in printed and "Unconfirmed" not in printed
     assert os.path.exists(tmp_path / "run" / "bundles" / failing[0].bucket / "repro.py")
+    assert not BucketStore(str(tmp_path / "history.sqlite")).add(failing[0]), "told, then settled: seen from now on"
+
+
+def test_new_buckets_stay_unsettled_until_told_so_a_run_killed_first_finds_them_again(tmp_path, add_case):
+    """kill -9 after the self-check settled a bucket but before the run printed it left the
+    bucket seen before, never NEW, to every later run (benchmarks/bench_kill_points.py)."""
+    from torchsim_diff.campaign.fuzz import CampaignOptions, CampaignResult, report_new_buckets, settle_told
+    from torchsim_diff.results.record import Record
+    path = str(tmp_path / "history.sqlite")
+    opts = CampaignOptions(routes=["eager"], out_dir=str(tmp_path / "run"), bucket_store=path, self_check=False,
+                           settle_when_told=True)
+    record = Record(case_id="c", route="eager", status="fail", kind="wrong_values", bucket="b1", message="m",
+                    case=add_case.to_dict())
+    store = BucketStore(path)
+    assert store.add(record)
+    result = CampaignResult(records=[record])
+    report_new_buckets(result, store, opts)
+    assert result.new_buckets == result.untold == {"b1"}
+    assert BucketStore(path).add(record), "killed before telling it: new to the next run"
+    settle_told(result, opts)
+    assert not BucketStore(path).add(record) and not result.untold
 
 
 @pytest.mark.e2e

@@ -221,3 +221,13 @@ def test_the_end_of_run_preview_leads_with_the_worst_passing_row(half_sum_record
     body = [line.split() for line in lines[3:] if line.strip()]               # title, header, rule
     assert [row[1] for row in body] == [row["op"] for row in tolerance.tolerance_rows(half_sum_records)]
     assert body[0][1] == "sum" and not any("FAILING" in line for line in lines)
+
+
+def test_the_records_table_keeps_give_the_same_tolerance_rows(half_sum_records):
+    """`table` streams records and keeps of each what its tables read (tables.table_view): the
+    local figures are among them."""
+    from torchsim_diff.report.tables import table_view
+    shared: dict = {}
+    views = [table_view(r, shared) for r in half_sum_records]
+    assert tolerance.tolerance_rows(views) == tolerance.tolerance_rows(half_sum_records)
+    assert tolerance.tolerance_rows(views)          # rows from local figures, not an empty table

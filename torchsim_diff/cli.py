@@ -127,7 +127,7 @@ def _route_or_usage(name: str):
 # -- fuzz -------------------------------------------------------------------------------
 def cmd_fuzz(args) -> int:
     """Run a campaign; print a summary table; exit with a status of EXIT_STATUS_HELP."""
-    from torchsim_diff.campaign.fuzz import CampaignResult
+    from torchsim_diff.campaign.fuzz import CampaignResult, settle_told
     from torchsim_diff.report.tables import bucket_rows, render, summary_rows, unconfirmed_lines
     from torchsim_diff.generate.strategies import InvalidArgument
     opts = None
@@ -158,6 +158,7 @@ def cmd_fuzz(args) -> int:
     print(f"\n{_counts(result)}, results in {os.path.join(opts.out_dir, 'results.jsonl')}"
           + (f" (interrupted by {signal.Signals(result.signal).name})" if result.interrupted else ""))
     reported = _print_html_report(opts.out_dir, result, standing)
+    settle_told(result, opts)
     for route, reason in result.abandoned.items():
         print(f"route {route} could not be tested to the end: {reason}")
     for note in getattr(result, "notes", ()):    # a Ray campaign's shards rerun after a lost node
@@ -188,7 +189,8 @@ def _campaign_options(args):
                            route_options=_route_options(args),
                            bucket_store=None if args.buckets == "none" else args.buckets, repeat=args.repeat,
                            reduce=not args.no_reduce, reduce_budget_s=args.reduce_budget, budget_s=args.budget,
-                           batch=args.batch, known_bugs=_known_bugs(args), self_check=not args.no_self_check)
+                           batch=args.batch, known_bugs=_known_bugs(args), self_check=not args.no_self_check,
+                           settle_when_told=True)
 
 
 def _standing_of(result, opts):
@@ -563,10 +565,11 @@ def _run_record(args) -> tuple:
     their artifact folders resolved inside their own run folder; one whose folder lies outside
     it was refused by the reader, and so is the export if the bucket has no other record."""
     from torchsim_diff.triage.bucket_history import smallest_per_bucket
-    from torchsim_diff.results.jsonl import find_results, read_all
+    from torchsim_diff.results.jsonl import ReadLog, find_results, stream_records
     _existing(args.runs, "run folder or results file", "--from")
-    records, log = read_all(find_results(args.runs))
+    log = ReadLog()
     where = ", ".join(args.runs)
+    records = (r for r in stream_records(find_results(args.runs), log) if r.bucket == args.bucket)
     record = smallest_per_bucket(records).get(args.bucket)
     if record is None and args.bucket in log.refused:
         raise UsageError(f"bucket {args.bucket} refused: {log.refused[args.bucket]}")
@@ -773,7 +776,7 @@ def _check_cuda() -> None:
 def cmd_table(args) -> int:
     """Print tables over one or more run folders (or results.jsonl files)."""
     from torchsim_diff.report import tables
-    from torchsim_diff.results.jsonl import find_results, read_all
+    from torchsim_diff.results.jsonl import find_results
     from torchsim_diff.report import tolerance
     kinds = {"summary": tables.summary_rows, "tolerance": tables.tolerance_rows,
              "route-tolerance": tolerance.route_tolerance_rows, "buckets": tables.bucket_rows, "coverage": tables.coverage_rows, "mix": tables.mix_rows,
@@ -794,11 +797,9 @@ def cmd_table(args) -> int:
     files = find_results(args.dirs)
     if not files:
         raise UsageError(f"no results*.jsonl found under {', '.join(args.dirs)}")
-    records, log = read_all(files)
-    if not records:
-        raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
-    _warn(log.summary())
-    if args.format == "html" and not args.tables:
+    whole_page = args.format == "html" and not args.tables
+    records = _table_records(files, whole=whole_page)
+    if whole_page:
         from torchsim_diff.report.html_report import html_page
         print(html_page(records))
         return EXIT_CLEAN
@@ -807,6 +808,20 @@ def cmd_table(args) -> int:
         return EXIT_CLEAN
     print("\n\n".join(tables.render(kinds[name](records), args.format, name.title()) for name in chosen))
     return EXIT_CLEAN
+
+
+def _table_records(files: list, *, whole: bool) -> list:
+    """The records of `files`, read one at a time and each kept as the tables read it
+    (tables.table_view), or whole for the HTML page; unreadable lines are counted in one warning."""
+    from torchsim_diff.report.tables import table_view
+    from torchsim_diff.results.jsonl import ReadLog, stream_records
+    log, shared = ReadLog(), {}
+    stream = stream_records(files, log)
+    records = list(stream) if whole else [table_view(record, shared) for record in stream]
+    if not records:
+        raise UsageError(f"no records in {', '.join(files)}" + (f" ({log.summary()})" if log.skipped else ""))
+    _warn(log.summary())
+    return records
 
 
 def _timing_kernels(dirs: list) -> list:

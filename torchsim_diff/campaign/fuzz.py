@@ -63,6 +63,8 @@ class CampaignOptions:
     batch: int = 1                     # cases compiled together as one program (torchsim_diff.run.batch)
     known_bugs: str | None = dataclasses.field(default_factory=default_ledger)  # known bugs: recorded as known, not new
     self_check: bool = True            # a new bucket is NEW only when its bundle reproduces it (triage.self_check)
+    settle_when_told: bool = False     # NEW buckets stay unsettled in the history until the caller, having told
+    #                                    them, calls settle_told (the CLI, after printing them and the report)
 
 
 @dataclasses.dataclass
@@ -76,6 +78,7 @@ class CampaignResult:
     bundles: dict = dataclasses.field(default_factory=dict)
     unconfirmed: dict = dataclasses.field(default_factory=dict)   # bucket -> why its self-check failed
     abandoned: dict = dataclasses.field(default_factory=dict)     # route -> why it was given up
+    untold: set = dataclasses.field(default_factory=set)          # NEW buckets left for settle_told
 
     @property
     def findings(self) -> list:
@@ -199,8 +202,7 @@ def report_new_buckets(result: CampaignResult, store, opts: CampaignOptions, che
     result.abandoned = {r.route: r.message for r in result.records if r.abandoned_route}
     if not opts.self_check:
         result.new_buckets = set(store.new) if store is not None else set()
-        for bucket in result.new_buckets:
-            store.settle(bucket)
+        _settle_or_leave(result, store, opts)
         result.bundles = write_new_bundles(result.findings, result.new_buckets if store else None, opts.out_dir)
         return
     from torchsim_diff.triage.self_check import settle_new_buckets
@@ -209,10 +211,35 @@ def report_new_buckets(result: CampaignResult, store, opts: CampaignOptions, che
         return Checker(out_dir=os.path.join(opts.out_dir, "self-check"), timeout_s=opts.timeout_s,
                        route_options=opts.route_options)
     settled = settle_new_buckets(result.findings, store, opts.out_dir, checker or own_checker,
-                                 interrupted=result.interrupted)
+                                 interrupted=result.interrupted, settle=not opts.settle_when_told)
     result.new_buckets, result.bundles, result.unconfirmed = settled.new, settled.bundles, settled.unconfirmed
+    result.untold = set(settled.new) if store is not None and opts.settle_when_told else set()
     if settled.interrupted is not None and not result.interrupted:
         result.interrupt(settled.interrupted)
+
+
+def _settle_or_leave(result: CampaignResult, store, opts: CampaignOptions) -> None:
+    """Settle the NEW buckets now, or leave them to settle_told (opts.settle_when_told)."""
+    if opts.settle_when_told:
+        result.untold = set(result.new_buckets)
+        return
+    for bucket in result.new_buckets:
+        store.settle(bucket)
+
+
+def settle_told(result: CampaignResult, opts: CampaignOptions) -> None:
+    """Settle in the bucket history the NEW buckets the caller has now told (printed, and
+    written into the report): until then a run killed (kill -9) finds them new again next time,
+    so none is ever seen only by a run that died before saying so."""
+    if not result.untold or not opts.bucket_store:
+        return
+    store = BucketStore(opts.bucket_store)
+    try:
+        for bucket in sorted(result.untold):
+            store.settle(bucket)
+    finally:
+        store.close()
+    result.untold = set()
 
 
 def write_new_bundles(records, new_buckets, out_dir: str) -> dict:

@@ -721,7 +721,14 @@ def _tolerance_note(options: ScriptOptions) -> str:
 
 # A bundle folder is ours alone: export writes into a new or empty folder, or one an earlier
 # export wrote (its manifest names every top-level entry), and never through a symbolic link.
+# While a bundle is written its manifest holds UNFINISHED (no file name holds a '/'), so the
+# files of a write killed part-way (kill -9 of a campaign during its self-check) are known as
+# ours, and the next write into that folder replaces them.
+# What a bundle's repro.py makes when it runs (a self-check runs it after the manifest is
+# written) is the bundle's too, in a folder that has a manifest.
 MANIFEST = ".bundle-manifest"
+UNFINISHED = "/unfinished"
+RUN_OUTPUTS = (HARNESS_RUN_DIR, "__pycache__", *kernel_bundle.BUILT)
 
 
 def write_manifest(to_dir: str) -> None:
@@ -738,8 +745,14 @@ def claim_folder(to_dir: str) -> None:
         raise BundleError(f"{to_dir} exists and is not a folder")
     os.makedirs(to_dir, exist_ok=True)
     present = set(os.listdir(to_dir)) - {MANIFEST}
-    if not present:
-        return
+    if present:
+        _check_ours(to_dir, present)
+    write_text(os.path.join(to_dir, MANIFEST), "".join(f"{name}\n" for name in [UNFINISHED, *sorted(present)]))
+
+
+def _check_ours(to_dir: str, present: set) -> None:
+    """BundleError unless every entry of `present` is a bundle's: named by the folder's
+    manifest, or left by a write that did not finish (UNFINISHED)."""
     links = sorted(n for n in present | {MANIFEST} if os.path.islink(os.path.join(to_dir, n)))
     if links:
         raise BundleError(f"{to_dir} holds symbolic links ({', '.join(links)}): a bundle never writes through one")
@@ -748,7 +761,9 @@ def claim_folder(to_dir: str) -> None:
             ours = set(handle.read().split("\n"))
     except OSError:
         ours = set()
-    foreign = sorted(present - ours)
+    if ours:        # a bundle's folder: what its own repro.py makes when run is a bundle's too
+        ours |= set(RUN_OUTPUTS)
+    foreign = sorted(present - ours) if UNFINISHED not in ours else []
     if foreign:
         raise BundleError(f"{to_dir} holds files no export wrote ({', '.join(foreign[:3])}"
                           f"{', ...' if len(foreign) > 3 else ''}): export into a new or empty folder")

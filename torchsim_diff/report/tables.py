@@ -82,6 +82,59 @@ def _seconds(values) -> float:
     return sum(v or 0.0 for v in values)
 
 
+# -- what the tables read of a record ------------------------------------------------------------
+# `table` streams its results files and keeps each record as table_view makes it, so a large file
+# costs a fraction of its size: fields no table reads are left at their defaults, the case keeps
+# only what the tables take from it, and names repeated from record to record are held once.
+TABLE_FIELDS = ("case_id", "route", "status", "kind", "bucket", "op", "first_op", "ops", "dtypes", "layouts",
+                "n_nodes", "max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "atol_needed", "rtol_needed",
+                "t_case", "t_harness", "t_start", "t_diagnose", "dynamic", "second_size", "message", "case",
+                "op_errors", "op_local_errors", "known", "reduced_case", "trigger", "reduce_error", "schema")
+
+
+def table_view(record, shared: dict):
+    """`record` (results.record.Record) with only TABLE_FIELDS, for every table but the HTML page:
+    its case cut to its dtype, its nodes' ops and arguments and its value tails, the message of a
+    record without a bucket cut to its first line (a bucket's whole message names it:
+    signatures.record_signature), and names, name lists and nodes taken from `shared` (one dict
+    per reading, filled as it goes) when an earlier record had the same."""
+    once = lambda value: _once(value, shared)                                # noqa: E731
+    names = lambda values: None if values is None else once(tuple(values))   # noqa: E731
+    op_errors = {once(op): {once(name): value for name, value in figures.items()}
+                 for op, figures in record.op_errors.items()} if record.op_errors else record.op_errors
+    return record.only(
+        TABLE_FIELDS, route=once(record.route), status=once(record.status), kind=once(record.kind),
+        bucket=once(record.bucket), op=once(record.op), first_op=once(record.first_op), ops=names(record.ops),
+        dtypes=names(record.dtypes), layouts=names(record.layouts), trigger=names(record.trigger),
+        second_size={"shapes": record.second_size_shapes} if record.second_size else record.second_size,
+        case=_case_view(record.case, shared) if record.case else record.case, op_errors=op_errors,
+        message=record.message if record.bucket else once(record.first_message_line))
+
+
+def _case_view(case: dict, shared: dict) -> dict:
+    """What the tables take from a case: its dtype, nodes ({"op", "attrs"}) and value tails."""
+    nodes = tuple(_once_by((_NODE, n["op"], json.dumps(n.get("attrs", {}), sort_keys=True, default=str)),
+                           lambda n=n: {"op": n["op"], "attrs": n.get("attrs", {})}, shared) for n in case["nodes"])
+    tails = case.get("values", {}).get("tails")
+    values = {} if tails is None else {"tails": _once(tuple(tails), shared)}
+    return {"dtype": _once(case["dtype"], shared), "nodes": nodes, "inputs": (), "values": values}
+
+
+_NODE = object()          # a node's key in `shared`, apart from any tuple of names
+
+
+def _once(value, shared: dict):
+    """`value`, or the equal one an earlier record put in `shared`."""
+    return value if value is None else shared.setdefault(value, value)
+
+
+def _once_by(key, make, shared: dict):
+    """The object `shared` holds under `key`, made by `make()` the first time."""
+    if key not in shared:
+        shared[key] = make()
+    return shared[key]
+
+
 def summary_rows(records) -> list:
     """Per route: case counts by status, buckets, speed, and the harness's share of the time
     cases take once their worker is up, failures' localisation apart (both shown in seconds).

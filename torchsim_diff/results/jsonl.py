@@ -217,10 +217,17 @@ def _parse(raw: bytes):
         return None, exc.reason
 
 
+def stream_records(paths, log: ReadLog):
+    """Records of every file in turn, one at a time (read_records): a caller that keeps only
+    what it needs of each holds no more than that, however large the files."""
+    for path in paths:
+        yield from read_records(path, log)
+
+
 def read_all(files) -> tuple:
-    """(records of every file, ReadLog)."""
+    """(records of every file, ReadLog): all of them held at once (stream_records does not)."""
     log = ReadLog()
-    return [r for f in files for r in read_records(f, log)], log
+    return list(stream_records(files, log)), log
 
 
 # -- artifact folders -------------------------------------------------------------------------

@@ -168,6 +168,13 @@ class Record:
         extra = {**self.extra, **unknown} if unknown else self.extra
         return dataclasses.replace(self, **fields, extra=extra, absent=self.absent - set(fields))
 
+    def only(self, fields, **changes) -> "Record":
+        """A copy holding only `fields` (names) of this record, then `changes`, every other
+        field at its default and `absent` as it is: a smaller record for a reader that needs
+        no more (report.tables.table_view)."""
+        kept = {name: getattr(self, name) for name in fields}
+        return Record(**{**kept, **changes}, absent=self.absent)
+
     def known_by_minimal_case(self, known) -> "Record":
         """A reduced failure marked known when its own minimal case's cause signature is a known
         bug's: its refined bucket is one of the `known` cause buckets (triage.corpus.known_buckets).

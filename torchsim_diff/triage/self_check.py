@@ -67,14 +67,17 @@ class Settled:
 
 
 def settle_new_buckets(findings, store, out_dir: str, checker, *, interrupted: bool = False,
-                       deadline: float | None = None) -> Settled:
+                       deadline: float | None = None, settle: bool = True) -> Settled:
     """Self-check the buckets of `findings` (failing records, known bugs left out) that are
     new to `store` (a triage.bucket_history.BucketStore; every bucket when None). checker: a
     Checker, or a callable giving a context manager of one (started only when there is a
     bucket to check). An interrupted run checks nothing, and an interrupt during the checks
     ends them: those buckets stay unconfirmed (Settled.interrupted holds the interrupt), as do
     those not checked by `deadline` (time.time(); a campaign's budget end).
-    Unconfirmed buckets are taken back out of the history."""
+    Unconfirmed buckets are taken back out of the history; the NEW ones are settled there
+    (BucketStore.settle) unless `settle` is false: then the caller settles them once it has
+    told them (campaign.fuzz.settle_told), so that a run killed before it printed them leaves
+    them new to the next run."""
     candidates = set(store.new) if store is not None else None
     chosen = _to_check(findings, candidates)
     checks, stopped = {}, None
@@ -95,7 +98,7 @@ def settle_new_buckets(findings, store, out_dir: str, checker, *, interrupted: b
     for bucket in unconfirmed:
         if store is not None:
             store.forget(bucket)
-    for bucket in set(store.new) if store is not None else ():
+    for bucket in set(store.new) if store is not None and settle else ():
         store.settle(bucket)
     bundles = {b: c.bundle for b, c in checks.items() if c.confirmed}
     return Settled(set(store.new) if store is not None else set(bundles), bundles, unconfirmed, stopped)
