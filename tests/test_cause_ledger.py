@@ -7,6 +7,7 @@ import pytest
 
 from tests.conftest import REPO
 from torchsim_diff.cli import main
+from torchsim_diff.report.bundles import markdown_text
 from torchsim_diff.triage import causes as ledger
 from torchsim_diff.triage.corpus import iter_entries
 
@@ -143,7 +144,9 @@ def test_a_cause_exports_as_its_plainest_case_with_its_title_and_summary(tmp_pat
     cause = next(c for c in causes if c.representative().route == "inductor" and c.status == "reported")
     assert main(["export", cause.folder, "--to", str(tmp_path / "b")]) == 0
     issue = (tmp_path / "b" / "ISSUE.md").read_text()
-    assert issue.splitlines()[1] == f"# {cause.title}" and cause.summary.split(".")[0] in issue
+    # outside a code fence, a '<' of the title is written as its entity ("Vectorized<float>" is no tag)
+    assert issue.splitlines()[1] == f"# {markdown_text(cause.title)}"
+    assert markdown_text(cause.summary.split(".")[0]) in issue
     # a reported cause's draft is a comment for its thread, not a new issue
     assert issue.startswith(f"<!-- A comment for {cause.upstream}") and "$ echo $?  # 1" in issue
     # the ablation PyTorch's template asks for, from CompilerBisector run on the bundle's case
