@@ -3,8 +3,6 @@ tables and their PyTorch override export say which op needs what. In-process: th
 TorchFunctionModes over eager (tests/route_doubles.py), run on the widened case as a worker
 would run it."""
 import json
-import sys
-import types
 from collections import namedtuple
 
 import pytest
@@ -152,20 +150,35 @@ def test_failing_cases_are_left_out_and_counted_apart(half_sum_records):
     assert rows.index(apart["sum"]) > max(rows.index(row) for row in passing.values())
 
 
-def _fake_common_device_type(monkeypatch):
-    """PyTorch's tol and toleranceOverride (its test internals need test-only packages here)."""
-    module = types.ModuleType("torch.testing._internal.common_device_type")
-    module.tol = namedtuple("tol", ["atol", "rtol"])
-    module.toleranceOverride = lambda overrides: overrides
-    monkeypatch.setitem(sys.modules, module.__name__, module)
+Override = namedtuple("Override", ["atol", "rtol"])
 
 
-def test_the_opinfo_overrides_make_the_same_cases_pass(half_sum_records, monkeypatch):
+def _overrides(text: str) -> dict:
+    """OVERRIDES of an opinfo text read as data: {route: {op: {dtype: Override}}}, after checking
+    that the text is nothing but its imports and that one assignment of literals and calls
+    (`toleranceOverride({torch.<dtype>: tol(atol=..., rtol=...)})`)."""
+    import ast
+    tree = ast.parse(text)
+    assert [type(node) for node in tree.body] == [ast.Import, ast.ImportFrom, ast.Assign]
+    found = {}
+    for route, ops in zip(tree.body[-1].value.keys, tree.body[-1].value.values):
+        found[ast.literal_eval(route)] = {ast.literal_eval(op): _override(call) for op, call in zip(ops.keys, ops.values)}
+    return found
+
+
+def _override(call) -> dict:
+    import ast
+    assert call.func.id == "toleranceOverride" and len(call.args) == 1
+    by_dtype = {}
+    for dtype, tol in zip(call.args[0].keys, call.args[0].values):
+        assert dtype.value.id == "torch" and tol.func.id == "tol"
+        by_dtype[getattr(torch, dtype.attr)] = Override(**{k.arg: ast.literal_eval(k.value) for k in tol.keywords})
+    return by_dtype
+
+
+def test_the_opinfo_overrides_make_the_same_cases_pass(half_sum_records):
     text = tolerance.opinfo_text(tolerance.tolerance_rows(half_sum_records))
-    _fake_common_device_type(monkeypatch)
-    namespace: dict = {}
-    exec(text, namespace)                                                     # noqa: S102 - our own output
-    overrides = namespace["OVERRIDES"]["double-half-sum"]
+    overrides = _overrides(text)["double-half-sum"]
     assert list(overrides) == ["sum"] and "12 float16 cases" in text
     override = overrides["sum"][torch.float16]
     failed_at_default = 0
@@ -182,10 +195,16 @@ def test_no_override_is_written_where_every_op_is_within_its_default():
     records = [r.with_fields(op_local_errors={"relu": {"atol_needed": 0.0, "rtol_needed": 0.0, "err_ratio": 0.5}})
                for r in _records_stub()]
     text = tolerance.opinfo_text(tolerance.tolerance_rows(records))
-    namespace: dict = {}
-    exec(text.replace("from torch.testing._internal.common_device_type import tol, toleranceOverride", ""),
-         namespace)                                                           # noqa: S102 - our own output
-    assert namespace["OVERRIDES"] == {} and "No op needs more" in text
+    assert _overrides(text) == {} and "No op needs more" in text
+
+
+def test_a_route_name_from_a_results_file_cannot_leave_its_comment(half_sum_records):
+    """The opinfo text is pasted into test suites: a route named with a line break and code
+    stays inside the comment, and the text is still only its imports and OVERRIDES."""
+    hostile = "r\nimport os; os.system('echo owned')"
+    records = [r.with_fields(route=hostile) for r in half_sum_records]
+    text = tolerance.opinfo_text(tolerance.tolerance_rows(records))
+    assert list(_overrides(text)) == [hostile] and "\nimport os" not in text
 
 
 def _records_stub() -> list:

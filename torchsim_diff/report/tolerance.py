@@ -176,7 +176,8 @@ def _override_line(op: str, by_dtype: dict) -> str:
         eager = row[EAGER_ATOL_MAX]
         counts.append(f"{row['cases']} {dtype} case{'s' * (row['cases'] != 1)}"
                       + (f" (eager's own needs atol={eager:.2g})" if eager is not None else ""))
-    return f"        {op!r}: toleranceOverride({{{', '.join(entries)}}}),  # {row['route']}: {', '.join(counts)}"
+    # the route's name comes from a results file: written as a literal, no line break leaves the comment
+    return f"        {op!r}: toleranceOverride({{{', '.join(entries)}}}),  # {row['route']!r}: {', '.join(counts)}"
 
 
 def round_up(x: float) -> str:
