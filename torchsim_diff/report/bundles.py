@@ -1050,11 +1050,12 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     launch = _kernel_launch(bundle)
     upstream = record.upstream if record.upstream and record.upstream.startswith("https://") else ""
     thread = status if upstream and status in THREAD_DRAFTS else "new"
-    described = _launch_description(record, case) if launch else _description(record, case, kernel_only, options)
+    from torchsim_diff.report import triton_kernel_script
     if options.plain_kernel:
-        from torchsim_diff.report import triton_kernel_script
         described = triton_kernel_script.description(expression(case, case.outputs),
                                                       record.kind in Kind.values_where("no_values"))
+    else:
+        described = _launch_description(record, case) if launch else _description(record, case, kernel_only, options)
     heading = markdown_text(heading) if heading else title(record, case)
     if thread == "new":
         parts = [f"<!-- File at {PT2_TEMPLATE if pt2 else project.file_at} -->", f"# {heading}", "", bug, "",
@@ -1076,11 +1077,11 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
     if cuda_twin:
         parts += [f"`{CUDA_TWIN}` runs the same program with the same settings compiled by Inductor for a CUDA "
                   f"GPU, with no shims: {cuda_twin}.", ""]
-    text = launch_versions_text() if launch else versions_text(record, case, kernel_only, whole_env=pt2,
-                                                               dropped=options.dropped)
     if options.plain_kernel:
-        from torchsim_diff.report import triton_kernel_script
         text = triton_kernel_script.versions_text()
+    else:
+        text = launch_versions_text() if launch else versions_text(record, case, kernel_only, whole_env=pt2,
+                                                                   dropped=options.dropped)
     parts += [versions if thread == "new" else "Versions:", "", *fenced(text.rstrip("\n")), ""]
     if artifacts:
         parts += ["Files from the run (in the bundle): " + ", ".join(f"`{a}`" for a in artifacts[:20]), ""]
@@ -1219,16 +1220,16 @@ def versions_text(record: Record, case: Case, kernel_only: bool = False, whole_e
     if kernel_only:
         report = _route_report(record.route)
         adapter = next((f"{k}: {v}" for k, v in report.items() if "adapter" in k), "triton-adapter-opt: unknown")
-        return f"{adapter}\ntriton (wrote kernel.ttir): {_dist_version('triton')}\n"
+        return f"{adapter}\ntriton (wrote kernel.ttir): {dist_version('triton')}\n"
     lines = [f"torch: {torch.__version__}", f"python: {platform.python_version()}",
              f"CPU capability: {torch.backends.cpu.get_cpu_capability()}"]
     route = record.route
     if route in COMPILE_ROUTES:
         lines += [line.split("  #")[0] for line in compile_setup(record, case, dropped).splitlines()]
     if route == "triton":
-        lines += [f"triton: {_dist_version('triton')}", "TRITON_INTERPRET=1"]
+        lines += [f"triton: {dist_version('triton')}", "TRITON_INTERPRET=1"]
     if route in IMPORT_ONLY:
-        lines += [f"torch-mlir: {_dist_version('torch-mlir')}"]
+        lines += [f"torch-mlir: {dist_version('torch-mlir')}"]
     if harness_only(route):
         lines += [f"{k}: {v}" for k, v in _route_report(route).items()]
     text = "\n".join(lines) + "\n"
@@ -1244,14 +1245,14 @@ def launch_versions_text() -> str:
     import torch
     adapter = next((f"{k}: {v}" for k, v in _route_report("triton-spike").items() if "adapter" in k),
                    "triton-adapter-opt: unknown")
-    lines = [adapter, f"triton (wrote kernel.ttir; interpreter for the expected values): {_dist_version('triton')}",
+    lines = [adapter, f"triton (wrote kernel.ttir; interpreter for the expected values): {dist_version('triton')}",
              f"torch: {torch.__version__}"]
     from torchsim_diff.report.mlir_opt_bundle import tool_version
     lines += [f"{tool}: {tool_version(tool)}" for tool in ("mlir-opt-19", "clang-19")]
     return "\n".join(lines) + "\n"
 
 
-def _dist_version(name: str) -> str:
+def dist_version(name: str) -> str:
     import importlib.metadata
     try:
         return importlib.metadata.version(name)

@@ -226,17 +226,10 @@ def description(expression: str, crashes: bool) -> str:
 def versions_text() -> str:
     import platform
     import torch
-    lines = [f"triton: {_version('triton')}", f"torch: {torch.__version__} (tensors and the kernel's helpers only)",
-             f"numpy: {_version('numpy')}", f"python: {platform.python_version()}", "TRITON_INTERPRET=1"]
+    from torchsim_diff.report.bundles import dist_version
+    lines = [f"triton: {dist_version('triton')}", f"torch: {torch.__version__} (tensors and the kernel's helpers only)",
+             f"numpy: {dist_version('numpy')}", f"python: {platform.python_version()}", "TRITON_INTERPRET=1"]
     return "\n".join(lines) + "\n"
-
-
-def _version(name: str) -> str:
-    from importlib import metadata
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return "not installed"
 
 
 def capture_of(artifact_dir: str | None) -> str | None:
