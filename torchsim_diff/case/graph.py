@@ -18,7 +18,7 @@ import keyword
 from torchsim_diff.case import layout
 from torchsim_diff.ops import UnknownOp, get_op
 from torchsim_diff.ops.attrs import check_attrs
-from torchsim_diff.case.program_check import check_program
+from torchsim_diff.case.program_check import check_program, eval_expression
 
 SCHEMA = 1
 RESULT = "program"
@@ -101,6 +101,17 @@ class Case:
         return case_size({"inputs": self.inputs, "nodes": self.nodes})
 
     # -- code ----------------------------------------------------------------------
+    def eager_steps(self):
+        """The program run node by node in eager, in the case dtype: (node, env) before each node
+        runs, env holding the inputs as materialised and every earlier node's result (the last
+        node's too once the walk ends). What a reader of each op's own operands walks."""
+        import torch
+        env = dict(zip((spec["name"] for spec in self.inputs), layout.materialize_all(self.to_dict())))
+        for node in self.nodes:
+            yield node, env
+            expression = get_op(node["op"]).emit(list(node["args"]), node.get("attrs", {}))
+            env[node["id"]] = eval_expression(expression, {"torch": torch, **env})
+
     def program_source(self) -> str:
         """Python source of `def program(<inputs>): ...` returning a tuple of outputs."""
         params = ", ".join(i["name"] for i in self.inputs)

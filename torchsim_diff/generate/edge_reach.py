@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from torchsim_diff.case import layout
 from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.ops import get_op
 from torchsim_diff.ops.edges import NoEdges, met
@@ -43,13 +42,9 @@ def operands_of(node: dict, env: dict) -> list:
 
 def cells_met(case) -> set:
     """(op name, edge label) for every declared edge some node of `case` meets at its operands."""
-    inputs = layout.materialize_all(case.to_dict())
-    env = {spec["name"]: value for spec, value in zip(case.inputs, inputs)}
     found = set()
-    for node in case.nodes:
+    for node, env in case.eager_steps():
         spec = get_op(node["op"])
-        attrs = node.get("attrs", {})
         operands = operands_of(node, env)
-        found |= {(spec.name, edge.label) for edge in declared_edges(spec) if met(edge, operands, attrs)}
-        env[node["id"]] = eval_expression(spec.emit(list(node["args"]), attrs), {"torch": torch, **env})
+        found |= {(spec.name, edge.label) for edge in declared_edges(spec) if met(edge, operands, node.get("attrs", {}))}
     return found

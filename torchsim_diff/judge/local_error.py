@@ -55,15 +55,11 @@ def stale_nodes(case) -> set:
     result, and nodes reading an input after an in-place node wrote its storage. Found by
     running the case eagerly in its dtype; all of them if that run fails."""
     names = [spec["name"] for spec in case.inputs]
-    tensors = dict(zip(names, layout.materialize_all(case.to_dict())))
-    written_before, written = {}, set()           # node id -> storages written before it; all written
+    tensors, written_before, written = {}, {}, set()   # node id -> storages written before it; all written
     try:
-        for node in case.nodes:
+        for node, tensors in case.eager_steps():
             written_before[node["id"]] = set(written)
-            spec = get_op(node["op"])
-            tensors[node["id"]] = eval_expression(spec.emit(list(node["args"]), node.get("attrs", {})),
-                                                  {"torch": torch, **{a: tensors[a] for a in node["args"]}})
-            if spec.mutates:
+            if get_op(node["op"]).mutates:              # the storage an in-place node writes is its first argument's
                 written.add(_storage(tensors[node["args"][0]]))
     except Exception:  # noqa: BLE001 - the reference ran this case; if a replay here does not, trust no node
         return {node["id"] for node in case.nodes}
