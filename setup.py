@@ -3,7 +3,7 @@
 Besides the modules: the C runtimes the spike routes link, and the known-bug ledger. The ledger
 stays where the team files bugs, the repository's corpora/known/, and is mapped into the package
 as torchsim_diff/known_bugs/, so that an installed torchsim-diff run outside a checkout still
-tells known bugs from new ones (torchsim_diff/triage/known_ledger.py finds either).
+tells known bugs from new ones (torchsim_diff/buckets/known_ledger.py finds either).
 """
 from setuptools import find_namespace_packages, setup
 

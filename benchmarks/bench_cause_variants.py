@@ -131,9 +131,9 @@ def check_variants(out_dir: str, routes, *, names=None, budget_s: float = 60.0, 
     """One row per (cause, variant): cause, entry, variant, outcome (matched / other cause /
     new / not identified / passes / not built), cause signature, seconds."""
     from torchsim_diff.run.checker import Checker
-    from torchsim_diff.triage.causes import read_causes
+    from torchsim_diff.buckets.causes import read_causes
     from torchsim_diff.triage.refine import ReduceThenBucket
-    from torchsim_diff.triage.which_cause import CauseLedger
+    from torchsim_diff.buckets.which_cause import CauseLedger
     causes, _problems = read_causes(KNOWN)
     ledger = CauseLedger(causes)
     rows = []

@@ -34,7 +34,7 @@ from tabulate import tabulate
 
 from torchsim_diff.judge import oracle
 from torchsim_diff.run.checker import Checker
-from torchsim_diff.triage.corpus import KNOWN, iter_entries
+from torchsim_diff.buckets.corpus import KNOWN, iter_entries
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.generate.strategies import cases, no_local_constants
 

@@ -30,9 +30,9 @@ def check_bugs(out_dir: str, *, known_dir: str = KNOWN, budget_s: float = 30.0, 
     matched (the entry)."""
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.run.runner import CaseRunner
-    from torchsim_diff.triage.corpus import KNOWN as KNOWN_KIND, cause_buckets, iter_entries
+    from torchsim_diff.buckets.corpus import KNOWN as KNOWN_KIND, cause_buckets, iter_entries
     from torchsim_diff.triage.refine import ReduceThenBucket
-    from torchsim_diff.triage.signatures import bucket_of, on_route
+    from torchsim_diff.buckets.signatures import bucket_of, on_route
     entries = [e for e, err in iter_entries([known_dir]) if e is not None and e.kind == KNOWN_KIND]
     rows = []
     with Checker(out_dir=out_dir, timeout_s=timeout_s) as checker:

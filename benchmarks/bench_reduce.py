@@ -49,7 +49,7 @@ from torchsim_diff.results.jsonl import read_records  # noqa: E402
 from torchsim_diff.routes import EXTRA_ROUTES_ENV  # noqa: E402
 from torchsim_diff.run.checker import Checker  # noqa: E402
 from torchsim_diff.generate.strategies import cases  # noqa: E402
-from torchsim_diff.triage.signatures import reduction_key  # noqa: E402
+from torchsim_diff.buckets.signatures import reduction_key  # noqa: E402
 
 KNOWN = os.path.join(REPO, "corpora", "known")
 SKIPPED_KINDS = ("timeout",)          # each run of a hang costs the whole timeout
@@ -98,7 +98,7 @@ def grown_case(case: Case) -> Case:
 
 def known_entries(routes) -> list:
     """The ledger's entries (corpora/known/<cause>/<entry>.json) on `routes`, hangs left out."""
-    from torchsim_diff.triage.causes import read_causes
+    from torchsim_diff.buckets.causes import read_causes
     causes, _problems = read_causes(KNOWN)
     return sorted((e for c in causes for e in c.entries if e.route in routes and e.fields.kind not in SKIPPED_KINDS),
                   key=lambda e: e.path)

@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     from torchsim_diff.cli import main as cli
     from torchsim_diff.report import checklist
     from torchsim_diff.report.plain_script import torch_only_python
-    from torchsim_diff.triage.causes import read_causes
+    from torchsim_diff.buckets.causes import read_causes
     causes, problems = read_causes(KNOWN)
     for line in problems:
         print(f"problem: {line}")

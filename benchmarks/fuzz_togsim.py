@@ -23,11 +23,11 @@ import time
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from torchsim_diff.timing.fuzz_example import examine
-from torchsim_diff.timing.known_defects import known_defects
+from torchsim_diff.buckets.known_defects import known_defects
 from torchsim_diff.timing.togsim_buckets import NOT_RUN, bucket_key
 from torchsim_diff.timing.tog_strategies import hardware_configs, tilings
 from torchsim_diff.timing.togsim_runner import TOGSimInstall, Unavailable, find_togsim
-from torchsim_diff.triage.known_ledger import default_ledger
+from torchsim_diff.buckets.known_ledger import default_ledger
 
 
 class _NewFinding(Exception):

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
                         help="keep each entry's minimal case (fewer nodes, simpler values) where it fails as its kind")
     args = parser.parse_args(argv)
     from torchsim_diff.run.checker import Checker
-    from torchsim_diff.triage.corpus import KNOWN as KNOWN_KIND, iter_entries, write_atomic
+    from torchsim_diff.buckets.corpus import KNOWN as KNOWN_KIND, iter_entries, write_atomic
     from torchsim_diff.triage.corpus_replay import resign
     from torchsim_diff.triage.refine import ReduceThenBucket
     routes = set(args.routes.split(",")) if args.routes else None

@@ -22,10 +22,10 @@ import time
 
 from torchsim_diff.timing.kernel_timing import (RouteUnavailable, Settings, hardware_of, route_server,
                                                 time_case, write_timings)
-from torchsim_diff.timing.known_defects import known_defects
+from torchsim_diff.buckets.known_defects import known_defects
 from torchsim_diff.timing.togsim_runner import Unavailable, find_togsim
-from torchsim_diff.triage.corpus import iter_entries
-from torchsim_diff.triage.known_ledger import default_ledger
+from torchsim_diff.buckets.corpus import iter_entries
+from torchsim_diff.buckets.known_ledger import default_ledger
 
 
 def campaign(cases: list, settings: Settings, budget_s: float, route: str) -> dict:

@@ -12,7 +12,7 @@ import os
 
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
-from torchsim_diff.triage.corpus import read_entry, write_atomic
+from torchsim_diff.buckets.corpus import read_entry, write_atomic
 from torchsim_diff.case.layout import LAYOUT_CLASSES
 from torchsim_diff.ops import all_ops
 from torchsim_diff.generate.strategies import cases

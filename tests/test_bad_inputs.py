@@ -238,7 +238,7 @@ def test_bad_case_files_in_reduce(tmp_path, capsys, content, fragment):
 
 def test_a_bad_case_in_the_history_is_refused_by_export(tmp_path, capsys):
     from torchsim_diff.results.record import Record
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     store = BucketStore(str(tmp_path / "h.sqlite"))
     store.add(Record(bucket="b1", route="eager", kind="wrong_values", status="fail",
                      case=with_input(storage_size=10**12)))

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from torchsim_diff.campaign import bytecode
-from torchsim_diff.triage.kernels.launch_replay import executor_env
+from torchsim_diff import bytecode
+from torchsim_diff.routes.triton.launch_replay import executor_env
 from torchsim_diff.worker.client import RouteWorker
 
 
@@ -56,7 +56,7 @@ def test_a_process_redirected_at_run_time_shares_it_too_and_so_do_its_children(t
     for name in ("mine", "my_childs"):
         (source / f"{name}.py").write_text("VALUE = 1\n")
     program = ("import subprocess, sys\n"
-               "from torchsim_diff.campaign import bytecode\n"
+               "from torchsim_diff import bytecode\n"
                "bytecode.redirect_this_process()\n"
                "import mine\n"
                "subprocess.run([sys.executable, '-c', 'import my_childs'], check=True)\n")

@@ -53,7 +53,7 @@ def test_findings_exit_1_and_land_in_buckets(tmp_path, double_routes, capsys):
 
 
 def test_a_known_bug_is_recorded_as_known_neither_new_nor_a_finding(tmp_path, double_routes, capsys):
-    from torchsim_diff.triage.signatures import ANY_OP, bucket_of, refined_signature
+    from torchsim_diff.buckets.signatures import ANY_OP, bucket_of, refined_signature
     common = ["fuzz", "--routes", "double-wrong-element", "--max-examples", "3", "--ops", "relu", "--no-reduce"]
     assert main([*common, "--out", str(tmp_path / "a"), "--buckets", "none"]) == 1
     found = next(r for r in read_records(str(tmp_path / "a" / "results.jsonl")) if r.failed)
@@ -86,7 +86,7 @@ def test_second_campaign_says_which_buckets_are_new(tmp_path, double_routes):
     first = run_campaign(CampaignOptions(out_dir=str(tmp_path / "a"), seed=1, **common))
     second = run_campaign(CampaignOptions(out_dir=str(tmp_path / "b"), seed=2, **common))
     assert len(first.new_buckets) == 1 and second.new_buckets == set()
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     saved = BucketStore(store).buckets
     (entry,) = saved.values()
     failing = [r for run in (first, second) for r in run.records if r.failed]

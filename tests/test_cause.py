@@ -6,8 +6,9 @@ import torch
 from tests.conftest import make_case
 from torchsim_diff.results.record import Record
 from torchsim_diff.run.checker import Checker
-from torchsim_diff.triage import reduce, refine, signatures
-from torchsim_diff.triage.corpus import cause_buckets
+from torchsim_diff.buckets import signatures
+from torchsim_diff.triage import reduce, refine
+from torchsim_diff.buckets.corpus import cause_buckets
 
 
 # -- signatures --------------------------------------------------------------------------------

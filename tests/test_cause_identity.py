@@ -4,8 +4,9 @@ import torch
 
 from tests.conftest import make_case
 from torchsim_diff.run.checker import Checker
-from torchsim_diff.triage import reduce, refine, signatures
-from torchsim_diff.triage.delta import needed_parts
+from torchsim_diff.buckets import signatures
+from torchsim_diff.triage import reduce, refine
+from torchsim_diff.delta import needed_parts
 
 TWO_BUGS = "double-two-value-bugs"     # floor_divide truncates; relu(NaN) is 0
 

@@ -8,8 +8,9 @@ import pytest
 from tests.conftest import REPO
 from torchsim_diff.cli import main
 from torchsim_diff.report.bundles import markdown_text
-from torchsim_diff.triage import causes as ledger
-from torchsim_diff.triage.corpus import iter_entries
+from torchsim_diff.buckets import causes as ledger
+from torchsim_diff.report.cause_analysis import analysis
+from torchsim_diff.buckets.corpus import iter_entries
 
 KNOWN = os.path.join(REPO, "corpora", "known")
 CAUSE = {"title": "Inductor C++: relu over a permuted view reads memory order", "project": "pytorch",
@@ -37,7 +38,7 @@ def test_a_cause_reads_with_its_cases_and_shows_its_plainest_one(tmp_path, add_c
     assert (cause.name, cause.project, cause.status, cause.routes) == \
         ("relu-memory-order", "pytorch", "new", ["inductor", "triton-spike"])
     assert cause.representative().name == "on-inductor"       # torch alone beats the adapter chain
-    text = ledger.analysis(cause, cause.representative())
+    text = analysis(cause, cause.representative())
     assert text.startswith("A planted summary.") and "(torch.compile (Inductor Triton kernels through triton-adapter-opt))" in text and "internal note" not in text
 
 
@@ -84,7 +85,7 @@ def test_causes_lists_each_with_its_counts_and_a_problem_exits_1(tmp_path, add_c
 
 
 def _with_defect(known: str) -> dict:
-    from torchsim_diff.timing.known_defects import DEFECT_FILE
+    from torchsim_diff.buckets.known_defects import DEFECT_FILE
     defect = {"title": "TOGSim: a planted defect whose title is long" + " and longer" * 12, "project": "TOGSim",
               "status": "no upstream issue found", "upstream": "", "bucket": "togsim | units_busy | ok | planted"}
     os.makedirs(os.path.join(known, "togsim-planted"))
@@ -117,7 +118,7 @@ def test_plain_titles_are_as_wide_as_the_terminal(tmp_path, add_case, capsys, mo
 
 
 def test_the_repository_ledger_lists_every_cause_and_defect(capsys):
-    from torchsim_diff.timing.known_defects import is_defect_folder
+    from torchsim_diff.buckets.known_defects import is_defect_folder
     folders = [n for n in os.listdir(KNOWN) if ledger.is_cause_folder(os.path.join(KNOWN, n))
                or is_defect_folder(os.path.join(KNOWN, n))]
     assert main(["causes", "--known-bugs", KNOWN, "--format", "json"]) == 0
@@ -157,7 +158,7 @@ def test_a_cause_exports_as_its_plainest_case_with_its_title_and_summary(tmp_pat
 
 def test_resigning_with_simplify_keeps_the_minimal_case_and_its_raw_bucket(tmp_path, add_case, double_routes):
     from torchsim_diff.run.checker import Checker
-    from torchsim_diff.triage.corpus import read_entry
+    from torchsim_diff.buckets.corpus import read_entry
     from torchsim_diff.triage.corpus_replay import replay_entry, resign
     from torchsim_diff.triage.refine import ReduceThenBucket
     with Checker(out_dir=str(tmp_path / "run"), timeout_s=60) as checker:

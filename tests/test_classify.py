@@ -1,7 +1,7 @@
 """Signatures: one bug, one bucket, whatever sizes, names and paths its messages carry."""
 import pytest
 
-from torchsim_diff.triage.signatures import bucket_of, finding_type, normalise, signature, unwrap_nested
+from torchsim_diff.buckets.signatures import bucket_of, finding_type, normalise, signature, unwrap_nested
 
 SAME_BUG = [
     ("torch-mlir import failed: failed to legalize operation 'torch.constant.bool': "
@@ -73,7 +73,7 @@ def _verdict(**fields):
 
 
 def test_reduction_key_keeps_route_kind_and_place_but_not_the_op():
-    from torchsim_diff.triage.signatures import reduction_key
+    from torchsim_diff.buckets.signatures import reduction_key
     assert reduction_key(_verdict(op="exp", where="output 0")) == reduction_key(_verdict(op="sin", where="output 2"))
     assert reduction_key(_verdict(where="output 0")) != reduction_key(_verdict(where="input x1"))
     # a NaN where the truth is finite may reduce to the wrong value behind it
@@ -84,7 +84,7 @@ def test_reduction_key_keeps_route_kind_and_place_but_not_the_op():
 
 
 def test_refined_signature_is_route_kind_first_op_and_trigger():
-    from torchsim_diff.triage.signatures import refined_signature
+    from torchsim_diff.buckets.signatures import refined_signature
     assert refined_signature("triton", "wrong_values", "add", ["strided", "offset"]) == \
         "triton|wrong_values|add|offset+strided"
     assert refined_signature("triton", "wrong_values", "add", []).endswith("|any")
@@ -98,7 +98,7 @@ def test_refined_signature_is_route_kind_first_op_and_trigger():
 
 
 def test_intermediates_as_outputs_names_the_first_divergent_node():
-    from torchsim_diff.triage.signatures import first_divergent_node, intermediates_as_outputs
+    from torchsim_diff.case.transforms import first_divergent_node, intermediates_as_outputs
     verdict = _verdict()
     wide, refs = intermediates_as_outputs(verdict.case)
     assert refs == ["v0", "v2"] and wide.outputs == refs          # the in-place node stays an effect
@@ -109,7 +109,7 @@ def test_intermediates_as_outputs_names_the_first_divergent_node():
 
 
 def test_buckets_rank_distinct_first():
-    from torchsim_diff.triage.signatures import rank_buckets
+    from torchsim_diff.buckets.signatures import rank_buckets
     ranked = rank_buckets({"a": ("triton|wrong_values|add|strided", 9), "b": ("triton|wrong_values|mul|strided", 8),
                            "c": ("triton|compile_error|LoweringException", 1)})
     assert ranked == ["a", "c", "b"]

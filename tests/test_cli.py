@@ -61,7 +61,7 @@ def test_ops_lists_every_family(capsys):
 def test_table_reads_the_bucket_history_that_fuzz_and_export_use(tmp_path, capsys):
     from tests.conftest import REPO
     from torchsim_diff.results.record import Record
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     seed_case = json.load(open(f"{REPO}/corpora/seed/seed-00-float32.json"))["case"]
     store = BucketStore(str(tmp_path / "h.sqlite"))
     for bucket, kind in (("b-wrong", "wrong_values"), ("b-crash", "crash"), ("b-wrong", "wrong_values")):

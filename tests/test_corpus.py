@@ -10,8 +10,8 @@ import os
 
 import pytest
 
-from torchsim_diff.triage.signatures import finding_type
-from torchsim_diff.triage.corpus import KNOWN, SEED, iter_entries
+from torchsim_diff.buckets.signatures import finding_type
+from torchsim_diff.buckets.corpus import KNOWN, SEED, iter_entries
 from torchsim_diff.triage.corpus_replay import replay_entry
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

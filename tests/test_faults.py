@@ -15,7 +15,7 @@ import time
 import pytest
 
 from tests.conftest import REPO, make_case
-from torchsim_diff.triage.bucket_history import BucketStore
+from torchsim_diff.buckets.bucket_history import BucketStore
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.results.jsonl import ResultsWriter, StorageError, read_all, read_records

@@ -233,7 +233,7 @@ def _make_world(w: World) -> None:
 def _history(w: World, name: str, record: dict, *, record_sql: str | None = None) -> str:
     """A bucket history holding `record`; `record_sql` replaces its stored JSON as a crafted file would."""
     from torchsim_diff.results.record import Record
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     path = os.path.join(w.root, name)
     store = BucketStore(path)
     store.add(Record.from_dict(record))
@@ -692,7 +692,7 @@ def test_a_read_only_current_folder_without_out_is_one_line_before_any_work(tmp_
 # -- the bucket history is verified before it is trusted ------------------------------------
 def _made_history(folder, bucket: str = "b1") -> str:
     from torchsim_diff.results.record import Record
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     path = os.path.join(folder, "h.sqlite")
     store = BucketStore(path)
     store.add(Record.from_dict({**RECORD, "bucket": bucket}))
@@ -740,7 +740,7 @@ def test_a_file_the_tool_did_not_make_is_refused_in_one_line_and_left_as_it_is(w
 
 
 def test_a_read_command_changes_nothing_and_reads_a_history_in_a_read_only_folder(world, tmp_path, capsys):
-    from torchsim_diff.triage.history_file import COLUMNS
+    from torchsim_diff.buckets.history_file import COLUMNS
     results = world.paths["good_jsonl"]
     older = tmp_path / "older.sqlite"        # an earlier version's history: one table, rollback journal
     with contextlib.closing(sqlite3.connect(older)) as db, db:
@@ -788,7 +788,7 @@ def _history_with_its_log(folder) -> tuple:
     """A history whose last buckets are still in its write-ahead log (a writer holds it open),
     copied with its log into `folder`: (path, the log's bytes)."""
     from torchsim_diff.results.record import Record
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     live = os.path.join(folder, "live")
     os.mkdir(live)
     store = BucketStore(os.path.join(live, "h.sqlite"))

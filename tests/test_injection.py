@@ -16,8 +16,8 @@ import sys
 import pytest
 
 from torchsim_diff import cli
-from torchsim_diff.triage.bucket_history import BucketStore
-from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+from torchsim_diff.buckets.bucket_history import BucketStore
+from torchsim_diff.buckets.corpus import CorruptEntry, read_entry
 from torchsim_diff.case.graph import CaseError
 from torchsim_diff.case.layout import materialize_all
 from torchsim_diff.case.program_check import load_program

@@ -103,7 +103,7 @@ def run(bundle):
 @pytest.mark.e2e    # a whole export: the case through the route, the interpreter, the host build, two launches
 def test_a_known_adapter_value_bug_exports_one_launch_that_reproduces_on_the_host(spike_route, tmp_path):
     from torchsim_diff.report.bundles import entry_record, write_bundle
-    from torchsim_diff.triage.causes import read_cause
+    from torchsim_diff.buckets.causes import read_cause
     entry = read_cause(os.path.join(KNOWN, "adapter-reduce-init-tensor-empty")).representative()
     bundle = write_bundle(entry_record(entry), str(tmp_path / "bundle"))
     shipped = set(os.listdir(bundle))

@@ -152,7 +152,7 @@ def _in_wording(text: str, rel: str, lineno: int) -> bool:
 
 
 def test_signatures_follow_value_failure_and_reduces_as():
-    from torchsim_diff.triage.signatures import record_signature, signature
+    from torchsim_diff.buckets.signatures import record_signature, signature
     for kind in Kind:
         text = signature("r", kind, "boom 12", op="add", where="output 0")
         assert (text == f"r|{kind.value}|add|output") is kind.value_failure, text
@@ -162,7 +162,7 @@ def test_signatures_follow_value_failure_and_reduces_as():
 
 def test_reduction_key_keeps_the_kind_the_reducer_keeps():
     from torchsim_diff.run.checker import Verdict
-    from torchsim_diff.triage.signatures import reduction_key
+    from torchsim_diff.buckets.signatures import reduction_key
     from tests.conftest import make_case
     case = make_case(nodes=[{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [3], [1], 0, 3, {})], outputs=["v0"])

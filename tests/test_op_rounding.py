@@ -13,7 +13,7 @@ from torchsim_diff.generate.strategies import cases
 from torchsim_diff.judge.carried_rounding import _Run
 from torchsim_diff.judge.rounding_rules import (ARG_EXTREMES, COMPARISONS, EXACT, FUNCTIONS_BY_RULE, JUMPS,
                                                 PASSES_THROUGH, ROUNDING, STEPS, UNMODELLED, rule_of)
-from torchsim_diff.judge.rule_names import RULES
+from torchsim_diff.ops.rule_names import RULES
 from torchsim_diff.ops import OpSpec, all_ops, register
 
 EXAMPLES = 3          # cases per op: attributes change which functions an op's code calls

@@ -6,7 +6,7 @@ from tests.conftest import make_case
 from torchsim_diff.report import tables
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.case.graph import Case
-from torchsim_diff.judge.op_figures import OpFigures
+from torchsim_diff.run.op_figures import OpFigures
 from torchsim_diff.case.values import encode
 from torchsim_diff.judge import comparison
 

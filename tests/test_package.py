@@ -23,8 +23,8 @@ import zipfile
 import pytest
 import torch
 
-from torchsim_diff.triage import known_ledger
-from torchsim_diff.triage.known_ledger import default_ledger
+from torchsim_diff.buckets import known_ledger
+from torchsim_diff.buckets.known_ledger import default_ledger
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KNOWN = os.path.join(REPO, "corpora", "known")

@@ -196,7 +196,7 @@ def test_phases(torchsim_session):
 
 
 def test_known_bucket_is_recorded_not_raised(suite, tmp_path):
-    from torchsim_diff.triage.signatures import ANY_OP, bucket_of, refined_signature, signature
+    from torchsim_diff.buckets.signatures import ANY_OP, bucket_of, refined_signature, signature
     known = tmp_path / "known"
     known.mkdir()
     bucket = bucket_of(signature("double-wrong-element", "wrong_values", "", "relu", "output 0"))

@@ -155,7 +155,7 @@ def path_exists(token: str) -> bool:
 
 
 def named_modules(text: str) -> list:
-    """Dotted module names of the package (`torchsim_diff.triage.kernels.launch_replay`)."""
+    """Dotted module names of the package (`torchsim_diff.routes.triton.launch_replay`)."""
     return sorted(set(re.findall(r"\btorchsim_diff(?:\.[A-Za-z_]\w*)+", text)))
 
 
@@ -216,7 +216,7 @@ def test_path_checks_see_stale_names():
     assert named_paths("see `routes/inductor_machine.py` and `Scheduler/scheduler.py`") == ["routes/inductor_machine.py"]
     assert not path_exists("routes/inductor_machine.py") and path_exists("routes/inductor/machine.py")
     assert named_modules("python -m torchsim_diff.kernels.replay x") == ["torchsim_diff.kernels.replay"]
-    assert not module_exists("torchsim_diff.kernels.replay") and module_exists("torchsim_diff.triage.kernels")
+    assert not module_exists("torchsim_diff.kernels.replay") and module_exists("torchsim_diff.kernels")
 
 
 def test_no_document_names_a_path_of_some_machine():

@@ -151,7 +151,7 @@ def test_every_command_and_bundle_reads_the_old_lines(tmp_path, capsys, monkeypa
     from torchsim_diff.cli import main
     from torchsim_diff.campaign.fuzz import write_new_bundles
     from torchsim_diff.routes import EXTRA_ROUTES_ENV
-    from torchsim_diff.triage.bucket_history import BucketStore, smallest_per_bucket
+    from torchsim_diff.buckets.bucket_history import BucketStore, smallest_per_bucket
     monkeypatch.setenv(EXTRA_ROUTES_ENV, ZOO_ROUTE)         # the planted bug's route, for the bundle
     run = tmp_path / "run"
     shutil.copytree(OLD_RUN, run)

@@ -8,7 +8,8 @@ import torch
 from tests.conftest import make_case
 from torchsim_diff.case import layout
 from torchsim_diff.case.program_check import load_program
-from torchsim_diff.triage import reduce, refine, signatures
+from torchsim_diff.buckets import signatures
+from torchsim_diff.triage import reduce, refine
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.base import Compiled, Route

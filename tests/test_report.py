@@ -92,8 +92,8 @@ def test_every_bucket_says_where_it_stands_and_when_the_history_first_saw_it():
 def test_a_known_bucket_is_named_by_its_cause_in_the_ledger():
     import os
     from torchsim_diff.report.standing import Standing, cause_status
-    from torchsim_diff.triage.causes import read_causes
-    from torchsim_diff.triage.signatures import bucket_of
+    from torchsim_diff.buckets.causes import read_causes
+    from torchsim_diff.buckets.signatures import bucket_of
     from tests.conftest import REPO
     known = os.path.join(REPO, "corpora", "known")
     causes, _ = read_causes(known)

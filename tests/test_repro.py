@@ -16,7 +16,7 @@ from tests.conftest import REPO, inputs_built_by, make_case
 from torchsim_diff.case import layout
 from torchsim_diff.report import bundles, plain_script
 from torchsim_diff.run.checker import Checker
-from torchsim_diff.triage.corpus import read_entry
+from torchsim_diff.buckets.corpus import read_entry
 from torchsim_diff.case.graph import Case
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import Record

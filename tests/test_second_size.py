@@ -75,7 +75,7 @@ def test_a_route_that_mishandles_the_second_size_is_caught(dynamic_doubles, tmp_
 
 
 def checker_bucket_without_second_size(verdict):
-    from torchsim_diff.triage import signatures
+    from torchsim_diff.buckets import signatures
     return signatures.bucket_of(signatures.signature(verdict.route, verdict.kind, verdict.message, verdict.op,
                                                  verdict.where))
 

@@ -7,7 +7,7 @@ import pytest
 
 from torchsim_diff.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNTESTED, build_parser, main
 from torchsim_diff.results.jsonl import read_records
-from torchsim_diff.triage.bucket_history import BucketStore
+from torchsim_diff.buckets.bucket_history import BucketStore
 
 FUZZ = ["fuzz", "--max-examples", "3", "--ops", "relu", "--no-reduce"]
 

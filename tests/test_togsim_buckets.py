@@ -10,12 +10,12 @@ from torchsim_diff.cli import main as cli_main
 from torchsim_diff.report.tables import timing_rows
 from torchsim_diff.timing import checks
 from torchsim_diff.timing.kernel_timing import read_timings
-from torchsim_diff.timing.known_defects import BadDefect, known_defects
+from torchsim_diff.buckets.known_defects import BadDefect, known_defects
 from torchsim_diff.timing.togsim_buckets import bucket_key, write_bucket
 from torchsim_diff.timing.togsim_log import TOGSimFigures, parse_log
 from torchsim_diff.timing.togsim_runner import availability
-from torchsim_diff.triage.causes import read_causes
-from torchsim_diff.triage.corpus import iter_entries
+from torchsim_diff.buckets.causes import read_causes
+from torchsim_diff.buckets.corpus import iter_entries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "togsim")

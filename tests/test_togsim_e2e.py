@@ -60,7 +60,7 @@ KNOWN_VECTOR_DEFECTS = {"units_accounted": "togsim-vector-idle-not-accumulated",
 def test_a_triton_spike_cases_kernels_run_through_togsim_and_the_checks(tmp_path):
     from torchsim_diff.timing.kernel_timing import (RouteUnavailable, Settings, read_case, route_server,
                                                     time_case)
-    from torchsim_diff.timing.known_defects import known_defects
+    from torchsim_diff.buckets.known_defects import known_defects
     case = read_case(os.path.join(ROOT, "corpora", "seed", "seed-01-float32.json"))
     settings = Settings(INSTALL, HARDWARE, str(tmp_path), 60, known_defects(os.path.join(ROOT, "corpora", "known")))
     try:

@@ -161,7 +161,8 @@ INSTALL = find_togsim()
 @pytest.mark.skipif(isinstance(INSTALL, Unavailable), reason=getattr(INSTALL, "reason", ""))
 def test_a_spike_cases_linalg_kernels_run_through_togsim_and_the_checks(tmp_path, capsys):
     pytest.importorskip("onnx", reason="onnx is not installed: pip install 'torchsim-diff[togsim]'")
-    from torchsim_diff.timing.kernel_timing import TIMING_FILE, main, read_timings
+    from torchsim_diff.campaign.time_kernels import main
+    from torchsim_diff.timing.kernel_timing import TIMING_FILE, read_timings
     case = os.path.join(ROOT, "corpora", "seed", "seed-01-float32.json")
     status = main([case, "--route", "spike", "--out", str(tmp_path), "--timeout", "60"])
     if status == 2 and "unavailable" in capsys.readouterr().err:

@@ -14,10 +14,10 @@ from torchsim_diff.case import layout
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.judge import comparison, oracle
 from torchsim_diff.judge.local_error import node_stats
-from torchsim_diff.judge.op_figures import carried_figures, local_figures
+from torchsim_diff.run.op_figures import carried_figures, local_figures
 from torchsim_diff.report import tolerance
 from torchsim_diff.results.record import Record
-from torchsim_diff.triage.signatures import intermediates_as_outputs
+from torchsim_diff.case.transforms import intermediates_as_outputs
 
 SEEDS = range(12)                       # at least tolerance.FEW_CASES cases per row
 DOWNSTREAM = ("tanh", "mul")

@@ -12,8 +12,9 @@ import pytest
 from tests.conftest import REPO, make_case
 from torchsim_diff.report import bundles, checklist, quoted_output
 from torchsim_diff.results.record import Record
-from torchsim_diff.triage import causes as ledger
-from torchsim_diff.triage.corpus import CorruptEntry
+from torchsim_diff.buckets import causes as ledger
+from torchsim_diff.report.cause_analysis import analysis
+from torchsim_diff.buckets.corpus import CorruptEntry
 
 URL = "https://github.com/pytorch/pytorch/issues/1"
 
@@ -132,7 +133,7 @@ def _cause_folder(tmp_path, add_case, cause) -> str:
 def test_a_new_causes_draft_says_how_upstream_was_searched(tmp_path, add_case):
     cause = ledger.read_cause(_cause_folder(tmp_path, add_case, {**CAUSE, "search": SEARCH}))
     assert cause.search.nearest[0].relation == "related: another op"
-    text = ledger.analysis(cause, cause.representative())
+    text = analysis(cause, cause.representative())
     assert f"Searched for an existing report on 2026-12-06 (1 queries); nearest: {URL} (related: another op)." in text
 
 
@@ -259,7 +260,7 @@ def test_every_cause_with_a_plain_script_meets_its_upstreams_checklist(tmp_path)
             continue
         record = bundles.entry_record(shown).with_fields(project=cause.project, upstream=cause.upstream)
         folder = bundles.write_bundle(record, str(tmp_path / cause.name), heading=cause.title, status=cause.status,
-                                      analysis=ledger.analysis(cause, shown), eager_bug=cause.eager_bug)
+                                      analysis=analysis(cause, shown), eager_bug=cause.eager_bug)
         found = [p for p in checklist.problems(folder)
                  if "ablation" not in p and "triton_shims" not in p and "plain kernel launch" not in p]
         assert found == [], (cause.name, found)
@@ -318,6 +319,6 @@ def test_a_pytorch_bug_met_under_the_interpreter_ships_its_cuda_twin_without_shi
 def test_what_a_run_elsewhere_showed_goes_into_the_causes_report(tmp_path, add_case):
     note = "On a GPU (2026-12-06): the compiled kernel gives eager's values."
     cause = ledger.read_cause(_cause_folder(tmp_path, add_case, {**CAUSE, "also_checked": note}))
-    assert note in ledger.analysis(cause, cause.representative())
+    assert note in analysis(cause, cause.representative())
     with pytest.raises(CorruptEntry, match="also_checked must be text"):
         ledger.read_cause(_cause_folder(tmp_path / "2", add_case, {**CAUSE, "also_checked": ["x"]}))

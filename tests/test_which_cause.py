@@ -1,4 +1,4 @@
-"""Asking a case which bug it is (triage.which_cause): `replay` reduces each failure and names
+"""Asking a case which bug it is (buckets.which_cause): `replay` reduces each failure and names
 the ledger cause whose entries share its cause signature, or says "new"."""
 import json
 import os
@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import REPO, make_case
 from torchsim_diff.cli import main
-from torchsim_diff.triage.which_cause import NEW, CauseLedger
+from torchsim_diff.buckets.which_cause import NEW, CauseLedger
 
 LEDGER = os.path.join(REPO, "corpora", "known")
 
@@ -28,7 +28,7 @@ def test_every_ledger_entry_is_named_as_its_own_cause():
 
 def test_a_signature_two_causes_hold_names_both():
     from types import SimpleNamespace
-    from torchsim_diff.triage.causes import Cause
+    from torchsim_diff.buckets.causes import Cause
     signature = "triton|wrong_values|mul|inf"
     first, second = (Cause(folder=f"known/{name}", title=name, project="pytorch",
                            entries=[SimpleNamespace(name=f"{name}-case", cause=signature)]) for name in ("one", "two"))
@@ -110,7 +110,7 @@ def test_reduce_names_the_cause_of_what_it_reduced(tmp_path, capsys, double_rout
 def _cheap_route_entries() -> list:
     """The ledger's entries on the in-process Inductor routes (the others take half an hour to
     reduce on two cores: benchmarks/resign_known.py re-signs them)."""
-    from torchsim_diff.triage.causes import read_causes
+    from torchsim_diff.buckets.causes import read_causes
     causes, _problems = read_causes(LEDGER)
     return [pytest.param(cause.name, entry, id=f"{cause.name}/{entry.name}")
             for cause in causes for entry in cause.entries if entry.route in ("inductor", "triton") and entry.cause]

@@ -18,14 +18,14 @@ import signal
 import sys
 import time
 
-from torchsim_diff.campaign import bytecode
+from torchsim_diff import bytecode
 from torchsim_diff.campaign.interrupts import Terminated, exit_status, sigterm_as_interrupt, signal_of
 from torchsim_diff.campaign import options as opt
 from torchsim_diff.campaign.budget import budget_seconds
 from torchsim_diff.campaign.closed_output import output_may_close
 from torchsim_diff.generate.switches import GRAPH_NODES
 from torchsim_diff.results.jsonl import StorageError
-from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
 
 OPINFO = "opinfo"      # `table --format`: the tolerance table as PyTorch's toleranceOverride entries
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_USAGE, EXIT_UNTESTED, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 3, 130, 143
@@ -203,7 +203,7 @@ def _standing_of(result, opts):
 
 def _history_buckets(path: str) -> dict:
     """bucket -> its row in the history at `path` (BucketStore.buckets), read read-only."""
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     store = BucketStore(path, read_only=True)
     try:
         return store.buckets
@@ -311,7 +311,7 @@ def _check_run_folder(args) -> None:
 
 
 def _known_bugs(args) -> str | None:
-    from torchsim_diff.triage.known_ledger import default_ledger
+    from torchsim_diff.buckets.known_ledger import default_ledger
     if args.known_bugs is None:
         return default_ledger()
     return None if args.known_bugs == "none" else args.known_bugs
@@ -341,10 +341,10 @@ def _filters(ops, families) -> str:
 
 def _check_history(path: str) -> None:
     """A bucket history path: absent (it is created), or a regular file within its cap that
-    is a history torchsim-diff made (triage.history_file.check_ours)."""
+    is a history torchsim-diff made (buckets.history_file.check_ours)."""
     from torchsim_diff import files
-    from torchsim_diff.triage.bucket_history import legacy_path, store_path
-    from torchsim_diff.triage.history_file import check_ours
+    from torchsim_diff.buckets.bucket_history import legacy_path, store_path
+    from torchsim_diff.buckets.history_file import check_ours
     for candidate, cap in ((store_path(path), files.BUCKET_HISTORY), (legacy_path(path), files.LEGACY_HISTORY)):
         try:
             files.check_regular(candidate, cap)
@@ -364,7 +364,7 @@ def _check_history(path: str) -> None:
 def _check_history_writable(path: str) -> None:
     """A campaign adds to its bucket history: the file (and its folder, where SQLite keeps its
     journal) must be writable, or the run would end at its first finding."""
-    from torchsim_diff.triage.bucket_history import store_path
+    from torchsim_diff.buckets.bucket_history import store_path
     path = store_path(path)
     folder = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(folder):
@@ -418,7 +418,7 @@ def cmd_replay(args) -> int:
     import tempfile
 
     from torchsim_diff.run.checker import Checker
-    from torchsim_diff.triage.corpus import KNOWN, iter_entries, known_buckets
+    from torchsim_diff.buckets.corpus import KNOWN, iter_entries, known_buckets
     from torchsim_diff.triage.corpus_replay import replay_entry, routes_for
     from torchsim_diff.report.tables import render
     routes = args.routes
@@ -467,7 +467,7 @@ def _replayed_line(done: int, planned: int, row: dict) -> None:
 
 def _cause_ledger(folder: str):
     """The ledger failures are identified against; its corrupt causes are named, then left out."""
-    from torchsim_diff.triage.which_cause import CauseLedger
+    from torchsim_diff.buckets.which_cause import CauseLedger
     if not os.path.isdir(folder):
         raise UsageError(f"--known-bugs {folder}: no such folder; pass the known-bug ledger (e.g. corpora/known), "
                          f"or --no-cause")
@@ -478,7 +478,7 @@ def _cause_ledger(folder: str):
 
 
 def _with_cause(outcome, ledger, checker) -> dict:
-    """The replay's row, with which cause a failure is (triage.which_cause) unless --no-cause."""
+    """The replay's row, with which cause a failure is (buckets.which_cause) unless --no-cause."""
     row = outcome.row()
     if ledger is None:
         return row
@@ -493,7 +493,7 @@ def cmd_reduce(args) -> int:
     """Shrink a failing case (case file or corpus entry) on one route; write and print the result."""
     import tempfile
 
-    from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+    from torchsim_diff.buckets.corpus import CorruptEntry, read_entry
     from torchsim_diff.triage.reduce import ReduceError, reduce_case
     _route_or_usage(args.route)
     try:
@@ -536,8 +536,8 @@ def _identity_of_reduced(case, args, out_dir: str, ledger) -> str:
 def cmd_export(args) -> int:
     """Write the reproducer bundle of one bucket (its smallest case), a known entry or a root
     cause to a folder."""
-    from torchsim_diff.timing.known_defects import is_defect_folder
-    from torchsim_diff.triage.causes import is_cause_folder
+    from torchsim_diff.buckets.known_defects import is_defect_folder
+    from torchsim_diff.buckets.causes import is_cause_folder
     cause = args.bucket if os.path.isdir(args.bucket) else os.path.join(args.known_bugs, args.bucket)
     if is_cause_folder(cause):
         return _export_cause(cause, args)
@@ -564,7 +564,7 @@ def _run_record(args) -> tuple:
     """(the bucket's smallest failing record in the --from runs, where). Records come with
     their artifact folders resolved inside their own run folder; one whose folder lies outside
     it was refused by the reader, and so is the export if the bucket has no other record."""
-    from torchsim_diff.triage.bucket_history import smallest_per_bucket
+    from torchsim_diff.buckets.bucket_history import smallest_per_bucket
     from torchsim_diff.results.jsonl import ReadLog, find_results, stream_records
     _existing(args.runs, "run folder or results file", "--from")
     log = ReadLog()
@@ -582,7 +582,7 @@ def _run_record(args) -> tuple:
 
 def _history_record(args) -> tuple:
     """(the bucket's smallest record in the bucket history, where), checked like a results line."""
-    from torchsim_diff.triage.bucket_history import BucketStore, legacy_path, store_path
+    from torchsim_diff.buckets.bucket_history import BucketStore, legacy_path, store_path
     from torchsim_diff.results.jsonl import run_folder_of
     from torchsim_diff.results.record import BadRecord
     _check_history(args.buckets)
@@ -630,7 +630,7 @@ def _existing(paths, what: str, option: str) -> None:
 
 def _export_entry(args) -> int:
     """The bundle of a known corpus entry (export corpora/known/X.json --to DIR)."""
-    from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+    from torchsim_diff.buckets.corpus import CorruptEntry, read_entry
     from torchsim_diff.report.bundles import BundleError, entry_record, write_bundle
     if not os.path.exists(args.bucket):
         raise UsageError(f"{args.bucket}: no such corpus entry")
@@ -647,8 +647,9 @@ def _export_cause(folder: str, args) -> int:
     """The bundle of a root cause: its plainest case, the cause's title and what is known of
     it; repro.py is run once, and its output quoted in ISSUE.md."""
     from torchsim_diff.report.bundles import BundleError, entry_record, write_bundle
-    from torchsim_diff.triage.causes import analysis, read_cause
-    from torchsim_diff.triage.corpus import CorruptEntry
+    from torchsim_diff.buckets.causes import read_cause
+    from torchsim_diff.report.cause_analysis import analysis
+    from torchsim_diff.buckets.corpus import CorruptEntry
     try:
         cause = read_cause(folder)
         if cause.mlir_opt is not None:
@@ -668,7 +669,7 @@ def _export_mlir_cause(cause, args) -> int:
     """The bundle of an MLIR bug with its own .mlir reproducer: the file, the mlir-opt command and
     a repro.py that runs it; ISSUE.md in LLVM's terms (report.mlir_opt_bundle)."""
     from torchsim_diff.report import bundles, mlir_opt_bundle
-    from torchsim_diff.triage.causes import analysis
+    from torchsim_diff.report.cause_analysis import analysis
     try:
         bundles.claim_folder(args.to)
         mlir_opt_bundle.write_mlir_bundle(cause.folder, cause.mlir_opt, args.to, cause.title)
@@ -691,7 +692,7 @@ def _export_defect(folder: str, args) -> int:
     ISSUE.md in PyTorchSim's terms (report.togsim_bundle)."""
     from torchsim_diff.report.bundles import BundleError, claim_folder, write_manifest
     from torchsim_diff.report.togsim_bundle import NotADefect, write_defect_bundle
-    from torchsim_diff.timing.known_defects import BadDefect
+    from torchsim_diff.buckets.known_defects import BadDefect
     try:
         written = write_defect_bundle(folder, args.to, claim_folder)
         write_manifest(written)
@@ -703,11 +704,11 @@ def _export_defect(folder: str, args) -> int:
 
 def cmd_causes(args) -> int:
     """List the known bugs by root cause: project, status, cases, upstream; the ledger's TOGSim
-    defects (timing.known_defects) too, each one cause with its minimal TOG as its case."""
+    defects (buckets.known_defects) too, each one cause with its minimal TOG as its case."""
     from torchsim_diff.report import tables
     from torchsim_diff.report.standing import cause_status
-    from torchsim_diff.timing.known_defects import BadDefect, known_defects
-    from torchsim_diff.triage.causes import read_causes
+    from torchsim_diff.buckets.known_defects import BadDefect, known_defects
+    from torchsim_diff.buckets.causes import read_causes
     causes, problems = read_causes(args.known_bugs)
     try:
         defects = sorted({d.name: d for d in known_defects(args.known_bugs).values()}.values(), key=lambda d: d.name)
@@ -750,8 +751,8 @@ def _titles_to_fit(rows: list) -> list:
 # -- kernel replay ----------------------------------------------------------------------
 def cmd_kernel_replay(args) -> int:
     """Replay one captured kernel launch on its captured inputs; diff against its outputs."""
-    from torchsim_diff.triage.kernels.capture import CaptureFormatError
-    from torchsim_diff.triage.kernels.launch_replay import replay_artifact
+    from torchsim_diff.kernels.capture import CaptureFormatError
+    from torchsim_diff.routes.triton.launch_replay import replay_artifact
     if not os.path.exists(args.artifact):
         raise UsageError(f"{args.artifact}: no such capture")
     if args.executor == "cuda":
@@ -834,7 +835,7 @@ def _timing_kernels(dirs: list) -> list:
 
 def _history_rows(path: str) -> list:
     """The bucket history (the store `fuzz` and `export` use), oldest bucket first."""
-    from torchsim_diff.triage.bucket_history import BucketStore, legacy_path, store_path
+    from torchsim_diff.buckets.bucket_history import BucketStore, legacy_path, store_path
     if not any(os.path.exists(p) for p in (store_path(path), legacy_path(path))):
         raise UsageError(f"no bucket history at {path}; pass --buckets PATH")
     store = BucketStore(path, read_only=True)
@@ -849,7 +850,7 @@ def _history_rows(path: str) -> list:
 # -- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from torchsim_diff.report.tables import FORMATS
-    from torchsim_diff.triage.known_ledger import default_ledger
+    from torchsim_diff.buckets.known_ledger import default_ledger
     parser = _Parser(prog="torchsim-diff", description="Differential fuzzing of PyTorch compiler routes.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

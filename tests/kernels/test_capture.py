@@ -6,7 +6,7 @@ import pytest
 from doubles.cases import CaseRun, interpreter_route, make_case, tensor_spec
 
 from torchsim_diff.case import layout
-from torchsim_diff.triage.kernels.capture import (
+from torchsim_diff.kernels.capture import (
     CapturedLaunch,
     CaptureFormatError,
     launch_folders,
@@ -107,7 +107,7 @@ def test_kernel_source_is_rebuilt_when_inductor_left_no_file():
     must rebuild the module from the JIT function's text rather than fail the run."""
     import types
 
-    from torchsim_diff.triage.kernels.capture import _rebuilt_source
+    from torchsim_diff.kernels.capture import _rebuilt_source
     src = "def triton_poi_fused_relu_0(in_ptr0, out_ptr0, xnumel, XBLOCK: tl.constexpr):\n    pass\n"
     launch = types.SimpleNamespace(kernel_name="triton_poi_fused_relu_0", jit_fn=types.SimpleNamespace(src=src))
     text = _rebuilt_source(launch)

@@ -8,7 +8,7 @@ import pytest
 from doubles.cases import CaseRun, interpreter_route, make_case, tensor_spec
 from doubles.launchers import StridedAsContiguous, SwappedGrid, ZeroSeededOutputs
 
-from torchsim_diff.triage.kernels.localise import first_divergent_kernel
+from torchsim_diff.routes.triton.localise import first_divergent_kernel
 
 # Each program runs a full reduction first (grid 1x1x1, untouched by every double), then
 # the kernel the double breaks, so localisation has to skip a launch that reproduces.

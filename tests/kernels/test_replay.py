@@ -6,8 +6,8 @@ import shutil
 import pytest
 from doubles.cases import CaseRun, interpreter_route, make_case, tensor_spec
 
-from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders
-from torchsim_diff.triage.kernels.launch_replay import replay_artifact, replay_launch
+from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders
+from torchsim_diff.routes.triton.launch_replay import replay_artifact, replay_launch
 
 # Pointwise with libdevice (exp, tanh), a persistent reduction, a softmax and the mm template.
 SOURCE = ("import torch\ndef program(x0, x1):\n    v0 = torch.tanh(x0.t()).exp()\n"

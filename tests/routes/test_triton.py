@@ -139,7 +139,7 @@ def test_triton_cuda_runs_the_probe_graphs(cuda_probe_run):
 
 @pytest.mark.parametrize("executor", ["cuda", "interpreter"])
 def test_cuda_captures_replay_on_gpu_and_in_the_interpreter(cuda_probe_run, executor):
-    from torchsim_diff.triage.kernels.launch_replay import replay_artifact
+    from torchsim_diff.routes.triton.launch_replay import replay_artifact
     root, _ = cuda_probe_run
     for name in PROBES:
         report = replay_artifact(str(root / name), executor=executor)
@@ -165,7 +165,7 @@ def test_a_kernel_failing_in_the_first_run_keeps_its_capture_and_the_wrapper(rou
                      tensor_spec("x1", [6], dtype="int64", domain={"kind": "index", "high": 100}))
     with pytest.raises(Exception, match="index out of bounds|out of bounds|Assert"):
         CaseRun(route, source, case, artifact_dir=str(tmp_path))
-    from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders
+    from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders
     launches = [CapturedLaunch(f) for f in launch_folders(str(tmp_path))]
     assert launches and "index" in launches[-1].kernel_name
     assert (tmp_path / "inductor" / "wrapper.py").exists()

@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from doubles import spike_launchers  # noqa: E402
 from doubles.cases import CaseRun, make_case, tensor_spec  # noqa: E402
 
-from torchsim_diff.triage.kernels.localise import first_divergent_kernel  # noqa: E402
-from torchsim_diff.triage.kernels.launch_replay import replay_artifact  # noqa: E402
+from torchsim_diff.routes.triton.localise import first_divergent_kernel  # noqa: E402
+from torchsim_diff.routes.triton.launch_replay import replay_artifact  # noqa: E402
 from torchsim_diff.results.kinds import Kind  # noqa: E402
 from torchsim_diff.routes import make_route  # noqa: E402
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported  # noqa: E402

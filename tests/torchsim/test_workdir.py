@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from torchsim_diff.case import layout
-from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
+from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
 from torchsim_diff.routes import make_route
 from torchsim_diff.routes.base import RunContext
 from torchsim_diff.routes.torchsim import kernel_repro, workdir

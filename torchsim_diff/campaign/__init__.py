@@ -9,6 +9,5 @@
     interrupts     SIGTERM and SIGHUP end a run as Ctrl-C does
     closed_output  output whose reader left (`| head -1`) changes neither the work nor the status
     run_folder     what a run writes in its --out folder, checked before any work
-    bucket_claims  which pytest item raises a bucket
-    bytecode       where campaign Pythons write bytecode
+    time_kernels   `python -m torchsim_diff.campaign.time_kernels`: a case's kernels timed on TOGSim
 """

@@ -37,9 +37,9 @@ from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.run.one_ahead import OneAhead
 from torchsim_diff.run.runner import CaseRunner
-from torchsim_diff.triage.bucket_history import BucketStore, smallest_per_bucket
-from torchsim_diff.triage.known_ledger import default_ledger
-from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+from torchsim_diff.buckets.bucket_history import BucketStore, smallest_per_bucket
+from torchsim_diff.buckets.known_ledger import default_ledger
+from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
 
 
 @dataclasses.dataclass
@@ -101,7 +101,7 @@ class CampaignResult:
 
 def load_known(opts: CampaignOptions) -> set:
     """Buckets of the known bugs kept under opts.known_bugs (none when unset or absent)."""
-    from torchsim_diff.triage.corpus import known_buckets
+    from torchsim_diff.buckets.corpus import known_buckets
     return known_buckets(opts.known_bugs) if opts.known_bugs else set()
 
 

@@ -26,7 +26,7 @@ its own results-<worker>.jsonl in the run's report folder; the controller prints
 merged tables at the end. A failing case raises its bucket's own exception type, so
 Hypothesis shrinks each bug separately; a case in a known bucket (corpora/known) is
 recorded and not raised, and so is one in a bucket that another item raises already
-(torchsim_diff.campaign.bucket_claims): one bug ends one item, not every item that meets it.
+(torchsim_diff.bucket_claims): one bug ends one item, not every item that meets it.
 
 Faults are survived: a case whose route worker was killed from outside is recorded as
 `tool_error` and skipped, never raised (worker.client.RouteWorker.collect). In a fuzz run
@@ -48,16 +48,17 @@ import zlib
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 
-from torchsim_diff.campaign import bytecode, options
-from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+from torchsim_diff import bytecode
+from torchsim_diff.campaign import options
+from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
 from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, interleaved_by_route
 from torchsim_diff.campaign.route_shares import RouteShares, parse_weights
 from torchsim_diff.campaign.interrupts import sigterm_as_interrupt
 from torchsim_diff.campaign.progress import MODES, Board, Progress, ProgressThread, choose_mode, make_display
 from torchsim_diff.results.record import DEFERRED
 from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
-from torchsim_diff.triage.known_ledger import default_ledger
-from torchsim_diff.triage.signatures import Finding
+from torchsim_diff.buckets.known_ledger import default_ledger
+from torchsim_diff.buckets.signatures import Finding
 
 # Profiles under our own names: registering them changes no other suite's settings, and
 # one is loaded only when --hypothesis-profile names it. Fuzz items without one get
@@ -341,7 +342,7 @@ class FuzzSession:
         A case seen before (Hypothesis revisits cases while shrinking, and replays the
         failing one) gets its earlier verdict again: no second run, no second record. Under a
         budget, a new case may instead end the item (BudgetSpent). A failure in a bucket that
-        another item claimed is recorded and not raised (torchsim_diff.campaign.bucket_claims).
+        another item claimed is recorded and not raised (torchsim_diff.bucket_claims).
         """
         key = (case.case_id, route)
         verdict = self._verdicts.get(key)
@@ -359,7 +360,7 @@ class FuzzSession:
         if self._item is None or verdict.bucket is None:
             return True
         if self._claims is None:
-            from torchsim_diff.campaign.bucket_claims import BucketClaims
+            from torchsim_diff.bucket_claims import BucketClaims
             self._claims = BucketClaims(os.path.join(self.report_dir, "claims.sqlite"))
         return self._claims.held_by(verdict.bucket, self._item)
 
@@ -400,7 +401,11 @@ class FuzzSession:
     def runner(self):
         if self._runner is None:
             from torchsim_diff.run.runner import CaseRunner
-            self._runner = CaseRunner(self.checker, timeouts=self.timeouts, known=self.known, budget=self.budget)
+            from torchsim_diff.triage.refine import ReduceThenBucket
+            # reduced where there are known bugs to match (the checker's one refiner, reused at session end)
+            reducer = ReduceThenBucket.of_checker(self.checker) if self.known else None
+            self._runner = CaseRunner(self.checker, timeouts=self.timeouts, known=self.known, budget=self.budget,
+                                      reducer=reducer)
         return self._runner
 
     @property
@@ -601,7 +606,7 @@ class FuzzSession:
 
     def _history_rows(self) -> dict:
         """bucket -> its row in the bucket history (BucketStore.buckets)."""
-        from torchsim_diff.triage.bucket_history import BucketStore
+        from torchsim_diff.buckets.bucket_history import BucketStore
         try:
             return BucketStore(self._history_path(), read_only=True).buckets
         except Exception:  # noqa: BLE001 - a history that cannot be read costs the NEW marks and times only
@@ -610,7 +615,7 @@ class FuzzSession:
     def _settle_new_buckets(self, records):
         """The bucket history updated with this run's failures (known bugs are not new), and
         the new buckets self-checked (triage.self_check) by a checker of this process."""
-        from torchsim_diff.triage.bucket_history import BucketStore
+        from torchsim_diff.buckets.bucket_history import BucketStore
         from torchsim_diff.triage.self_check import settle_new_buckets
         store = BucketStore(self._history_path())
         findings = [r for r in records if r.is_new_failure]
@@ -673,5 +678,5 @@ def _terminal_stream():
 
 def _load_known(folder: str) -> set:
     """Buckets of the known bugs kept in the corpus (entries with "expect": "fail")."""
-    from torchsim_diff.triage.corpus import known_buckets
+    from torchsim_diff.buckets.corpus import known_buckets
     return known_buckets(folder)

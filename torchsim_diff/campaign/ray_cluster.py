@@ -289,7 +289,7 @@ def run_shards_here(opts: CampaignOptions, shards: int) -> RayCampaignResult:
 
 
 def _with_outputs(opts: CampaignOptions, run) -> RayCampaignResult:
-    from torchsim_diff.triage.bucket_history import BucketStore
+    from torchsim_diff.buckets.bucket_history import BucketStore
     from torchsim_diff.results.jsonl import ResultsWriter
     os.makedirs(opts.out_dir, exist_ok=True)
     store = BucketStore(opts.bucket_store) if opts.bucket_store else None

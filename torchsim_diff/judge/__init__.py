@@ -4,8 +4,6 @@ computation may legitimately make.
     comparison        tolerance table, the element comparison, Stats, the mismatch and its message
     rounding_rules    per torch function: its rounding allowance, what it passes through, its decisions
     carried_rounding  rounding carried through a program by float64 reruns; unstable decisions, overflow
-    rule_names        the closed set of rules an op declares (`OpSpec.rounding`)
     oracle            float64 reference and eager baseline for a whole case; its verdict
-    op_figures        error figures per op, each judged by its own output
     local_error       a node's own error: against the float64 op on the route's values of its inputs
 """

@@ -5,7 +5,7 @@ JUMPS), and which return zeros whose sign is a decision too (SIGN_UNSPECIFIED). 
 are named as `op_name` spells them ('add' for torch.add, Tensor.add_ and Tensor.__add__).
 
 Every function the judge knows has one rule, named in FUNCTIONS_BY_RULE (the names are the
-closed set an op declares as `OpSpec.rounding`, torchsim_diff/judge/rule_names.py); those
+closed set an op declares as `OpSpec.rounding`, torchsim_diff/ops/rule_names.py); those
 that round nothing are listed too (EXACT), so that a function nobody classified shows up
 (tests/test_op_rounding.py) instead of silently rounding nothing.
 
@@ -378,7 +378,7 @@ EXACT = (
 # are (scatter and index accumulations; index_put with accumulate=True).
 UNMODELLED = ("scatter_add", "scatter_reduce", "index_add", "index_reduce", "index_put")
 
-# rule name (torchsim_diff/judge/rule_names.py) -> the functions it covers
+# rule name (torchsim_diff/ops/rule_names.py) -> the functions it covers
 FUNCTIONS_BY_RULE = {
     "exact": EXACT,
     "pointwise": tuple(POINTWISE),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
-from torchsim_diff.judge.rule_names import RULES
+from torchsim_diff.ops.rule_names import RULES
 from torchsim_diff.ops.edges import check_edges
 
 FAMILIES = ("pointwise", "reduction", "normalization", "matmul", "view", "indexing", "inplace")
@@ -41,7 +41,7 @@ class OpSpec:
     family: one of FAMILIES (fuzz suites are split by family).
     emit: (argument expressions, attrs) -> Python expression using `torch`.
     build: (builder) -> (argument refs, attrs): draws operands and attributes.
-    rounding: the judge's rule for the op's result, a name in torchsim_diff.judge.rule_names.RULES
+    rounding: the judge's rule for the op's result, a name in torchsim_diff.ops.rule_names.RULES
         ("exact", "pointwise", "reduction", "decision", ...): how much rounding it may carry.
     dtypes: "float" (float cases only), "any" (also integer cases), "int" (integer cases only).
     mutates: True when the node writes into its first argument (an input or a view of one).

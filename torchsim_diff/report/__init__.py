@@ -5,5 +5,6 @@
     bundles         reproducer bundles (repro.py, case, inputs, notes) per bucket
     adapter_bundle  repro.py for a Triton-to-linalg adapter bug (the kernel's TTIR)
     mlir_host       the host runner a torch-mlir bundle ships
+    cause_analysis  the paragraph ISSUE.md gives a known cause
     script_text     record text made safe for the scripts a bundle ships
 """

@@ -29,6 +29,7 @@ import sys
 
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
+from torchsim_diff.buckets.projects import PROJECTS, Project
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.report import adapter_bundle, checklist, eager_script, kernel_bundle, plain_script, quoted_output
 from torchsim_diff.report.script_text import check_script, docstring
@@ -42,27 +43,7 @@ class BundleError(ValueError):
     """A record that cannot be turned into a bundle (message names the field)."""
 
 
-# -- upstream projects -------------------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class Project:
-    name: str
-    repo: str
-    file_at: str
-    sections: tuple          # (bug section, versions section) of its issue template
-
-
-PROJECTS = {p.name: p for p in (
-    Project("pytorch", "pytorch/pytorch", "https://github.com/pytorch/pytorch/issues/new?template=bug-report.yml",
-            ("### 🐛 Describe the bug", "### Versions")),
-    Project("triton", "triton-lang/triton", "https://github.com/triton-lang/triton/issues/new?template=bug.yml",
-            ("### Describe the bug", "### Environment details")),
-    Project("torch-mlir", "llvm/torch-mlir", "https://github.com/llvm/torch-mlir/issues/new",
-            ("## Description", "## Versions")),
-    Project("llvm", "llvm/llvm-project", "https://github.com/llvm/llvm-project/issues/new",
-            ("## Description", "## Version")),
-    Project("triton-adapter", "triton-lang/triton-ascend", "https://github.com/triton-lang/triton-ascend/issues/new",
-            ("## Description", "## Environment")),
-)}
+# -- upstream projects (buckets.projects) ------------------------------------------------
 # torch.compile bugs go to PyTorch's pt2 template, whose fuzzer block asks for the label below.
 PT2_TEMPLATE = "https://github.com/pytorch/pytorch/issues/new?template=pt2-bug-report.yml"
 PT2_ERROR_SECTION = "### Error logs"
@@ -523,7 +504,7 @@ def _keeps(bundle: str, calls: list, baseline: tuple, python: str, timeout_s: fl
 
 def _outcome(bundle: str, python: str, timeout_s: float) -> tuple:
     """(exit status, normalised verdict line) of one run of repro.py."""
-    from torchsim_diff.triage.signatures import normalise
+    from torchsim_diff.buckets.signatures import normalise
     status, out, _err = run_repro(bundle, python, timeout_s)
     if status == TIMED_OUT:
         return (TIMED_OUT, "")

@@ -46,7 +46,7 @@ def write_report(run_dir: str, records, *, new_rows: list | None = None, bundles
     path. new_rows: tables.new_bucket_rows (the NEW buckets, first on the page); bundles:
     bucket -> bundle folder (absolute, or relative to the working directory); standing:
     report.standing.Standing, each bucket's status (default: NEW for new_rows' buckets)."""
-    from torchsim_diff.triage.bucket_history import smallest_per_bucket
+    from torchsim_diff.buckets.bucket_history import smallest_per_bucket
     bundles = bundles or {}
     standing = standing or Standing(new={row["bucket"] for row in new_rows or []})
     pages_dir = os.path.join(run_dir, PAGES_DIR)

@@ -62,7 +62,7 @@ def write_kernel_bundle(artifact_dir: str, bundle: str, head: str) -> None:
     """Write kernel.ttir, kernel.py, launch.pt and repro.py for the first launch under
     `artifact_dir` (a case's triton-spike artifacts) that Triton's interpreter computes
     differently; `head` is the docstring's first lines. Raises NoKernelRepro."""
-    from torchsim_diff.triage.kernels.localise import first_divergent_kernel
+    from torchsim_diff.routes.triton.localise import first_divergent_kernel
     capture = os.path.join(artifact_dir, "kernels")
     if not os.path.isdir(capture):
         raise NoKernelRepro("the run captured no kernel launch")
@@ -76,7 +76,7 @@ def write_kernel_bundle(artifact_dir: str, bundle: str, head: str) -> None:
 def write_launch(artifact_dir: str, launch_folder: str, bundle: str, head: str) -> None:
     """The bundle's files for the captured launch in `launch_folder` (see write_kernel_bundle)."""
     from torchsim_diff.report.adapter_bundle import without_folders
-    from torchsim_diff.triage.kernels.capture import CapturedLaunch
+    from torchsim_diff.kernels.capture import CapturedLaunch
     meta = CapturedLaunch(launch_folder).meta
     chain = _chain_folder(artifact_dir, meta)
     args = launch_arguments(meta)
@@ -101,7 +101,7 @@ def remove_built(bundle: str) -> None:
 def launch_arguments(meta: dict) -> list:
     """The launch's runtime arguments in order: ("buffer", name, byte offset, elements) per
     pointer, (ctypes type name, value) per scalar; constexprs are compiled into the kernel."""
-    from torchsim_diff.triage.kernels.capture import torch_dtype
+    from torchsim_diff.kernels.capture import torch_dtype
     import torch
     arguments = []
     for arg in meta["args"]:
@@ -137,9 +137,9 @@ def _interpreter_outputs(launch_folder: str) -> dict:
     """{buffer: bytes} after Triton's interpreter runs the captured launch (in a child Python,
     which keeps the interpreter's shims out of this process)."""
     import tempfile
-    from torchsim_diff.triage.kernels.launch_replay import executor_env
+    from torchsim_diff.routes.triton.launch_replay import executor_env
     out = tempfile.mkdtemp(prefix="torchsim-diff-expected-")
-    command = [sys.executable, "-m", "torchsim_diff.triage.kernels.launch_replay", "--executor", "interpreter",
+    command = [sys.executable, "-m", "torchsim_diff.routes.triton.launch_replay", "--executor", "interpreter",
                "--outputs-to", out, launch_folder]
     done = subprocess.run(command, capture_output=True, text=True, env=executor_env("interpreter"))
     if done.returncode not in (0, 1):
@@ -149,7 +149,7 @@ def _interpreter_outputs(launch_folder: str) -> dict:
 
 def _write_launch(launch_folder: str, meta: dict, expected: dict, path: str) -> None:
     import torch
-    from torchsim_diff.triage.kernels.capture import CapturedLaunch, torch_dtype
+    from torchsim_diff.kernels.capture import CapturedLaunch, torch_dtype
     launch = CapturedLaunch(launch_folder)
     def typed(data: bytes, dtype_name: str):
         return torch.frombuffer(bytearray(data), dtype=torch.uint8).view(torch_dtype(dtype_name)).clone()

@@ -13,48 +13,18 @@ holds `shows`. repro.py runs the commands with the Python standard library alone
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import shutil
 import subprocess
+
+from torchsim_diff.buckets.causes import BadMlirRepro, MlirRepro
 
 TOOLS = ("mlir-opt-19", "mlir-cpu-runner-19")
 RUN_PIPELINE = ("--one-shot-bufferize=bufferize-function-boundaries --convert-linalg-to-loops --convert-scf-to-cf "
                 "--expand-strided-metadata --finalize-memref-to-llvm --convert-func-to-llvm --convert-arith-to-llvm "
                 "--convert-cf-to-llvm --reconcile-unrealized-casts")
 RUNNER_LIBS = "/usr/lib/llvm-19/lib/libmlir_runner_utils.so.19.1,/usr/lib/llvm-19/lib/libmlir_c_runner_utils.so.19.1"
-SAFE_PIPELINE = re.compile(r"^[\w.(){}=,\- ]+$")     # pass names and options: no shell or path syntax
-SAFE_FILE = re.compile(r"^[\w.-]+\.mlir$")
-
-
-class BadMlirRepro(ValueError):
-    """A cause's `mlir_opt` field that does not say a usable reproducer (message names the field)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class MlirRepro:
-    file: str
-    pipeline: str
-    run: bool
-    shows: str
-    expected: str
-
-
-def read_mlir_repro(raw, path: str) -> MlirRepro | None:
-    """A cause's `mlir_opt` field (None where it has none); BadMlirRepro naming what is wrong."""
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("file", "pipeline", "shows")):
-        raise BadMlirRepro(f"{path}: mlir_opt is {{\"file\", \"pipeline\", \"shows\": text, \"run\": bool}}")
-    if not SAFE_FILE.match(raw["file"]) or not SAFE_PIPELINE.match(raw["pipeline"]) or not raw["shows"]:
-        raise BadMlirRepro(f"{path}: mlir_opt names a .mlir file beside cause.json, a pass pipeline and the text "
-                           "its output shows")
-    if not isinstance(raw.get("run", False), bool) or not isinstance(raw.get("expected", ""), str):
-        raise BadMlirRepro(f"{path}: mlir_opt.run is true or false, mlir_opt.expected text")
-    return MlirRepro(raw["file"], raw["pipeline"], raw.get("run", False), raw["shows"], raw.get("expected", ""))
-
-
 def commands(repro: MlirRepro) -> str:
     """The shell commands ISSUE.md shows."""
     opt = f"mlir-opt-19 --pass-pipeline='{repro.pipeline}' {repro.file}"

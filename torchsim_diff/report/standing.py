@@ -23,7 +23,7 @@ import dataclasses
 class Standing:
     new: frozenset = frozenset()
     unconfirmed: dict = dataclasses.field(default_factory=dict)   # bucket -> why its self-check failed
-    causes: dict = dataclasses.field(default_factory=dict)        # cause bucket -> triage.causes.Cause
+    causes: dict = dataclasses.field(default_factory=dict)        # cause bucket -> buckets.causes.Cause
     first_seen: dict = dataclasses.field(default_factory=dict)    # bucket -> when the history first saw it
 
     def __post_init__(self):
@@ -33,7 +33,7 @@ class Standing:
     def of_run(cls, new=(), unconfirmed=None, *, known_folder: str | None = None,
                history: dict | None = None) -> "Standing":
         """A run's standing: its NEW and unconfirmed buckets, the causes of the known-bug
-        folder, and the history's rows (triage.bucket_history.BucketStore.buckets)."""
+        folder, and the history's rows (buckets.bucket_history.BucketStore.buckets)."""
         return cls(frozenset(new), dict(unconfirmed or {}), causes_by_bucket(known_folder) if known_folder else {},
                    {bucket: row.get("first_seen") for bucket, row in (history or {}).items() if row.get("first_seen")})
 
@@ -65,9 +65,9 @@ def cause_status(cause) -> str:
 
 
 def causes_by_bucket(known_folder: str) -> dict:
-    """cause bucket -> triage.causes.Cause, for every case of every readable cause under
+    """cause bucket -> buckets.causes.Cause, for every case of every readable cause under
     `known_folder` (a corrupt cause is left out here: `causes` names it)."""
-    from torchsim_diff.triage.causes import read_causes
-    from torchsim_diff.triage.signatures import bucket_of
+    from torchsim_diff.buckets.causes import read_causes
+    from torchsim_diff.buckets.signatures import bucket_of
     causes, _problems = read_causes(known_folder)
     return {bucket_of(entry.cause): cause for cause in causes for entry in cause.entries if entry.cause}

@@ -17,7 +17,7 @@ from tabulate import tabulate
 
 from torchsim_diff.report.standing import Standing
 from torchsim_diff.report.tolerance import PASSING, tolerance_rows  # noqa: F401 - the tolerance table is one of these
-from torchsim_diff.triage import signatures
+from torchsim_diff.buckets import signatures
 
 FORMATS = ("plain", "md", "csv", "json", "html")
 
@@ -368,7 +368,7 @@ def tolerance_preview(records) -> list:
 def new_bucket_rows(records, new_buckets, bundles: dict | None = None) -> list:
     """The buckets never seen before, distinct bugs first, each with its title, reduced size
     and bundle folder."""
-    from torchsim_diff.triage.bucket_history import smallest_per_bucket
+    from torchsim_diff.buckets.bucket_history import smallest_per_bucket
     from torchsim_diff.case.graph import case_size
     smallest = smallest_per_bucket(records)
     rows = []

@@ -1,7 +1,7 @@
 """The bundle of a known TOGSim defect, in the terms PyTorchSim's bug template asks for.
 
 PyTorchSim's `bug_report.md` asks for the input, the configuration and the exact simulator
-command. A defect folder of the ledger (timing.known_defects) holds the minimal tile-operation
+command. A defect folder of the ledger (buckets.known_defects) holds the minimal tile-operation
 graph, its config and a note written for this project; the bundle ships the graph and config,
 an ISSUE.md with the note's defect and fix paragraphs and the log its reproducer paragraph
 quotes (not the ones about this project's checks), and the literal command, run from a
@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 
-from torchsim_diff.timing.known_defects import KnownDefect, read_defect
+from torchsim_diff.buckets.known_defects import KnownDefect, read_defect
 
 FILE_AT = "https://github.com/PSAL-POSTECH/PyTorchSim/issues/new"
 SHIPPED = ("tile_graph.onnx", "tile_graph.attr.json", "config.json")

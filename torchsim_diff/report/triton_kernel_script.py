@@ -1,7 +1,7 @@
 """repro.py for a bug of Triton itself met on the `triton` route: one plain `@triton.jit` kernel
 and its launch, with no torch.compile, as Triton's maintainers ask for.
 
-The kernel is Inductor's, taken from the case's kernel capture (triage.kernels.capture) with
+The kernel is Inductor's, taken from the case's kernel capture (kernels.capture) with
 its autotuning decorator replaced by `@triton.jit`; the launch is written out literally: each
 buffer's values before it runs, the scalar arguments, the block sizes and the grid. What the
 kernel should leave in its output is eager PyTorch's value of the program's output, so the
@@ -82,7 +82,7 @@ def helpers_used(kernel_source: str) -> tuple:
 def plan_launch(case, capture_folder: str, crashes: bool) -> PlainLaunch:
     """The one launch of `capture_folder` (a case's kernels/ folder), with eager's output
     values for its output buffer unless the bug is a crash."""
-    from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders
+    from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders
     folders = launch_folders(capture_folder)
     if not folders:
         raise PlainKernelError("the run launched no Triton kernel")
@@ -118,7 +118,7 @@ def _check_names(names: list) -> None:
 
 
 def _buffer(name: str, dtype: str, raw) -> Buffer:
-    from torchsim_diff.triage.kernels.capture import torch_dtype
+    from torchsim_diff.kernels.capture import torch_dtype
     storage = raw.view(torch_dtype(dtype))
     if storage.numel() > INLINE_ELEMENTS:
         raise PlainKernelError(f"buffer {name} holds {storage.numel()} elements, more than a literal launch shows")

@@ -3,7 +3,7 @@
 An adapter bug ships the kernel as it reached the adapter, and a kernel Inductor wrote can be
 hundreds of lines for a defect of three. The reducer first drops source locations (`loc(...)`
 and the `#loc` table), then delta-debugs the statements of the kernel's body (an op, or an op
-with its regions) with triage.delta: a statement goes when the adapter still fails the same
+with its regions) with delta: a statement goes when the adapter still fails the same
 way without it. Removing a producer whose result is still used makes the text invalid, which
 is another failure, so the statement stays; passes repeat while one removes something, since
 dropping a consumer frees its producers. The same failure is the same first error or
@@ -16,7 +16,7 @@ import re
 import subprocess
 import tempfile
 
-from torchsim_diff.triage.delta import needed_parts
+from torchsim_diff.delta import needed_parts
 
 RUN_TIMEOUT_S = 30
 MAX_PASSES = 4

@@ -35,7 +35,7 @@ UNVERSIONED = 1         # the version of a line without a `schema` field
 
 # Fields every record has had since the first version and that the tables rely on.
 REQUIRED = ("case_id", "route", "status", "kind", "bucket", "ops", "case")
-# A bucket history's kept record (triage.bucket_history) needs only these to give a bundle;
+# A bucket history's kept record (buckets.bucket_history) needs only these to give a bundle;
 # histories of early versions kept records without the others.
 HISTORY_REQUIRED = ("route", "case")
 # The live progress lines (campaign.progress) count a line by its route alone.
@@ -110,7 +110,7 @@ class Record:
     artifacts: str | None = None              # the case's artifact folder
     message: str | None = ""
     case: dict | None = None                  # the case JSON (case.graph.Case.to_dict)
-    # -- per-op figures (the case runner; judge.op_figures) -----------------------------------
+    # -- per-op figures (the case runner; run.op_figures) -----------------------------------
     op_errors: dict | None = None             # op -> {FIGURE_FIELDS...} carried; null: not measured
     op_local_errors: dict | None = None       # op -> {FIGURE_FIELDS...} of the op alone; null: not measured
     # -- triage (the case runner; triage.reduce) ------------------------------------------------
@@ -177,7 +177,7 @@ class Record:
 
     def known_by_minimal_case(self, known) -> "Record":
         """A reduced failure marked known when its own minimal case's cause signature is a known
-        bug's: its refined bucket is one of the `known` cause buckets (triage.corpus.known_buckets).
+        bug's: its refined bucket is one of the `known` cause buckets (buckets.corpus.known_buckets).
         A failure not reduced (no `signature`) is never known: its raw bucket says nothing of the cause."""
         if self.failed and self.signature and self.bucket in known:
             return self.with_fields(known=True)
@@ -273,7 +273,7 @@ class Record:
         return Figures.from_record(self)
 
     def per_op_figures(self) -> dict:
-        """op -> that op's own Figures (judge.op_figures). Records written before per-op figures
+        """op -> that op's own Figures (run.op_figures). Records written before per-op figures
         existed charge the case's figures to each op; a record whose per-op run did not complete
         counts only for a single-op case."""
         if "op_errors" in self.absent:
@@ -444,7 +444,7 @@ def reduction_of(entry: dict) -> tuple:
 
 @dataclasses.dataclass(frozen=True)
 class EntryFields:
-    """What a corpus entry (triage.corpus: corpora/seed, corpora/known) says beside its case:
+    """What a corpus entry (buckets.corpus: corpora/seed, corpora/known) says beside its case:
     a known bug's entry is a trimmed record, which report.bundles turns into one (`record`)."""
 
     route: str | None = None

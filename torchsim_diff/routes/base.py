@@ -21,6 +21,11 @@ from typing import Any, Callable, Sequence
 
 from torchsim_diff.results.kinds import Kind
 
+# Seconds a case may take before its worker is killed and the case is a `timeout`: the one
+# default every front end (CLI, pytest plugin, campaigns, reducer) shares. Routes that run
+# their own subprocesses (Spike) keep their own limits below it, so theirs fires first.
+DEFAULT_TIMEOUT_S = 120.0
+
 
 class RouteFailure(Exception):
     """A route-detected failure with its kind and stage (e.g. Spike trap at stage 'run')."""

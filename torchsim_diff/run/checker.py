@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from torchsim_diff.triage import signatures
+from torchsim_diff.buckets import signatures
 from torchsim_diff.judge import comparison, oracle
 from torchsim_diff.run import second_size
-from torchsim_diff.campaign.bucket_claims import BucketClaims
+from torchsim_diff.bucket_claims import BucketClaims
 from torchsim_diff.case.graph import Case
 from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.results.record import ABANDONED, Record
@@ -38,11 +38,11 @@ DEFAULT_TAG = "0"       # a checker alone in its out_dir; a run's xdist workers 
 
 def _localise(artifact_dir: str) -> dict:
     """The first captured kernel whose replay disagrees with what the route computed, when
-    the route captured its kernel launches (see torchsim_diff.triage.kernels)."""
+    the route captured its kernel launches (see torchsim_diff.kernels)."""
     if not os.path.isdir(artifact_dir):
         return {}
-    from torchsim_diff.triage.kernels.capture import CaptureFormatError
-    from torchsim_diff.triage.kernels.localise import first_divergent_kernel
+    from torchsim_diff.kernels.capture import CaptureFormatError
+    from torchsim_diff.routes.triton.localise import first_divergent_kernel
     try:
         found = first_divergent_kernel(artifact_dir, in_child=True)   # keeps interpreter shims out of here
     except (CaptureFormatError, OSError):

@@ -14,7 +14,7 @@ records go and when to stop.
 """
 from __future__ import annotations
 
-from torchsim_diff.judge.op_figures import OpFigures
+from torchsim_diff.run.op_figures import OpFigures
 from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.results.record import Record
 from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
@@ -98,7 +98,7 @@ class CaseRunner:
 
     def is_known(self, verdict) -> bool:
         """A failure whose own minimal case has a known bug's cause signature (self.known: cause
-        buckets, triage.corpus.known_buckets). Never from the raw bucket: a verdict not yet
+        buckets, buckets.corpus.known_buckets). Never from the raw bucket: a verdict not yet
         reduced (record() reduces it) is not known."""
         return bool(verdict.failed and verdict.refined and verdict.bucket in self.known)
 
@@ -114,13 +114,9 @@ class CaseRunner:
     def _triaged(self, verdict, reduce_by: float | None = None) -> dict:
         """Extra record fields (name -> value): every failure is reduced, then bucketed from its
         minimal case, and is a known bug only when that cause signature is a known entry's
-        (Record.known_by_minimal_case). Without a reducer, failures are still reduced when
-        there are known bugs to match (the checker's one refiner, reused at session end)."""
-        reducer = self.reducer
-        if reducer is None and self.known:
-            from torchsim_diff.triage.refine import ReduceThenBucket
-            reducer = ReduceThenBucket.of_checker(self.checker)
-        return reducer.refine(verdict, stop_at=reduce_by) if reducer else {}
+        (Record.known_by_minimal_case). The front end hands the runner its reducer; without
+        one, failures are recorded as found and none of them is known."""
+        return self.reducer.refine(verdict, stop_at=reduce_by) if self.reducer else {}
 
     def _batch(self, cases: list, route: str) -> list:
         from torchsim_diff.run.batch import check_batch

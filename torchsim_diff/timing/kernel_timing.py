@@ -8,31 +8,23 @@ check that needs no second model (`checks`). Each kernel gives a `KernelTiming` 
 cycles over the DRAM and compute bounds, unit utilisation, and the checks that failed, each a
 bucket with its reproducer (`togsim_buckets`) unless it is a known TOGSim defect.
 
-    python -m torchsim_diff.timing.kernel_timing CASE.json [--route spike] [--out DIR] [--timeout S]
-
-Exit status: 0 every check passed or failed as a known defect, 1 a new failure, 2 bad input or
-TOGSim unavailable (one line on stderr).
+Its command line is campaign.time_kernels.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
 import os
-import sys
-import tempfile
 
 from torchsim_diff.timing import checks
 from torchsim_diff.timing.hw_config import HardwareConfig
 from torchsim_diff.timing.kernel_togs import NotTimed, launch_tog
 from torchsim_diff.timing.linalg_text import Unreadable, parse_module
 from torchsim_diff.timing.linalg_togs import module_kernels
-from torchsim_diff.timing.known_defects import known_defects
 from torchsim_diff.timing.tog import TOG, validate
 from torchsim_diff.timing.togsim_buckets import NOT_RUN, write_bucket
-from torchsim_diff.timing.togsim_runner import (DEFAULT_TIMEOUT_S, Outcome, RunResult, TOGSimInstall,
-                                                Unavailable, find_togsim, simulate)
+from torchsim_diff.timing.togsim_runner import DEFAULT_TIMEOUT_S, Outcome, RunResult, TOGSimInstall, simulate
 
 ROUTE = "triton-spike"
 ROUTES = (ROUTE, "spike")
@@ -242,44 +234,9 @@ def _timing_row(row) -> dict:
     return row
 
 
-# -- command line --------------------------------------------------------------------------
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="time a case's kernels on TOGSim and check them")
-    parser.add_argument("case", help="a case JSON file (a corpus entry or a bare case)")
-    parser.add_argument("--route", choices=ROUTES, default=ROUTE,
-                        help="triton-spike: its captured launches; spike: its lowered module's linalg ops")
-    parser.add_argument("--out", help="folder for runs, buckets and timing.json (default: a temporary one)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per TOGSim run")
-    args = parser.parse_args(argv)
-    install = find_togsim()
-    if isinstance(install, Unavailable):
-        return _error(install.reason)
-    try:
-        case = read_case(args.case)
-    except ValueError as bad:
-        return _error(str(bad))
-    out = args.out or tempfile.mkdtemp(prefix="togsim-kernels-")
-    from torchsim_diff.triage.known_ledger import default_ledger
-    settings = Settings(install, hardware_of(install), out, args.timeout, known_defects(default_ledger()))
-    try:
-        with route_server(args.route) as server:
-            reply, timings, skipped = time_case(case, settings, server, args.route)
-    except RouteUnavailable as why:
-        return _error(str(why))
-    write_timings(out, timings)
-    outcome = "ok" if reply.get("ok") else f"{reply.get('kind')}: {str(reply.get('message'))[:160]}"
-    print(f"route {args.route}: {outcome}")
-    from torchsim_diff.report.tables import timing_table
-    print(timing_table([t.row() for t in timings], "md"))
-    for name, why in skipped:
-        print(f"not timed: {name}: {why}")
-    print(f"runs, buckets and {TIMING_FILE} in {out}")
-    return 1 if new_failures(timings) else 0
-
-
 def read_case(path: str):
     """The case of a case file; ValueError with one line when it is not one."""
-    from torchsim_diff.triage.corpus import CorruptEntry, read_entry
+    from torchsim_diff.buckets.corpus import CorruptEntry, read_entry
     try:
         return read_entry(path).case           # a bare case or a corpus entry, validated
     except CorruptEntry as error:
@@ -292,11 +249,3 @@ def hardware_of(install: TOGSimInstall) -> HardwareConfig:
     with open(install.config) as handle:
         return HardwareConfig.from_json(json.load(handle))
 
-
-def _error(message: str) -> int:
-    print(f"togsim: {message}", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -33,7 +33,7 @@ class NotTimed(ValueError):
 
 
 def launch_tog(launch: dict) -> TOG:
-    """The TOG of a launch.json (triage.kernels.capture's format, with `spike_instret`)."""
+    """The TOG of a launch.json (kernels.capture's format, with `spike_instret`)."""
     instret = launch.get("spike_instret")
     if not isinstance(instret, int):
         raise NotTimed(f"{launch.get('kernel_name')}: no spike_instret (the launch did not run on Spike)")
@@ -81,7 +81,7 @@ def merged_dims(size: list, stride: list) -> tuple:
 
 
 def _element_bytes(arg: dict) -> int:
-    from torchsim_diff.triage.kernels.capture import CaptureFormatError, torch_dtype
+    from torchsim_diff.kernels.capture import CaptureFormatError, torch_dtype
     try:
         size = torch_dtype(arg["dtype"]).itemsize
     except CaptureFormatError:

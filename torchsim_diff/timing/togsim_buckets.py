@@ -1,6 +1,6 @@
 """A failed timing check as a bucket with its reproducer folder.
 
-One defect, one bucket, as for value failures (`triage.signatures`): the key is the check, the
+One defect, one bucket, as for value failures (`buckets.signatures`): the key is the check, the
 run's outcome and the check's message normalised (numbers, addresses and paths stripped), and
 the bucket's name is a short hash of it. Its folder holds what a TOGSim maintainer needs to
 see it again with no torchsim-diff:
@@ -21,7 +21,7 @@ import shutil
 
 from torchsim_diff.timing.checks import Verdict
 from torchsim_diff.timing.togsim_runner import BINARY_VARIABLE
-from torchsim_diff.triage.signatures import normalise
+from torchsim_diff.buckets.signatures import normalise
 
 RUN_FILES = ("tile_graph.onnx", "tile_graph.attr.json", "config.json")
 NOT_RUN = "ok"     # a check on figures of a run that finished

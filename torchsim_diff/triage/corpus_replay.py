@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 
 from torchsim_diff.case.graph import Case
-from torchsim_diff.triage.corpus import KNOWN, Entry
+from torchsim_diff.buckets.corpus import KNOWN, Entry
 from torchsim_diff.results.kinds import Status
 
 
@@ -85,7 +85,7 @@ def _same_failure(entry: Entry, verdict) -> bool:
     """The verdict is the failure the entry recorded: the same raw signature, or for an error
     whose raw signature changed only because messages are normalised differently now, the same
     first message line once normalised."""
-    from torchsim_diff.triage.signatures import normalise
+    from torchsim_diff.buckets.signatures import normalise
     if verdict.signature == entry.fields.signature or verdict.kind.value_failure:
         return verdict.signature == entry.fields.signature
     recorded = (entry.fields.message or "").splitlines()[:1]

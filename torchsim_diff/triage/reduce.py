@@ -56,14 +56,13 @@ import time
 
 import torch
 
-from torchsim_diff.triage import signatures
 from torchsim_diff.case import layout, validate, values
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.ops import get_op
 from torchsim_diff.case.program_check import load_program
-from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
 
 # Value domain an operand position needs (op name -> {position: domain}); others take "real".
 OPERAND_DOMAINS = {

@@ -5,7 +5,7 @@
 
 The reduction (triage.reduce) keeps the failure's cause: route, kind, place and, for a value
 failure, its first divergent op (cause_key). Its minimal case then gives the cause signature
-(triage.signatures, "cause signatures"): the special elements the failure does not need are
+(buckets.signatures, "cause signatures"): the special elements the failure does not need are
 made ordinary (needed_specials, delta debugging), the first divergent op is read (every
 intermediate as an output), replaced by neutral ops to see whether it is part of the cause,
 and the trigger is what the failure needs among the layout, dtype and value features of its
@@ -22,14 +22,14 @@ import weakref
 
 import torch
 
-from torchsim_diff.case import layout
+from torchsim_diff.case import layout, transforms
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.ops import get_op
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import (DEFERRED, NOT_REACHED, record_key, reduction_entry, reduction_of,
                                           refinement_key, refinement_line)
 from torchsim_diff.run.checker import Checker
-from torchsim_diff.triage import signatures
+from torchsim_diff.buckets import signatures
 from torchsim_diff.triage.reduce import (DEFAULT_BUDGET_S, ReduceError, _candidate, _is_valid, _is_written,
                                          _materialize, _raise_precision, _tidy, _with_geometry, _with_values,
                                          meta_results, reduce_case)
@@ -237,11 +237,11 @@ class ReduceThenBucket:
         every intermediate as an output does not fail on an output), the first node of the
         failing op. A case whose outputs are already all its intermediates needs no second run."""
         try:
-            wide, refs = signatures.intermediates_as_outputs(minimal.case)
+            wide, refs = transforms.intermediates_as_outputs(minimal.case)
             if refs == list(minimal.case.outputs):
-                node = signatures.first_divergent_node(minimal.case, minimal, refs)
+                node = transforms.first_divergent_node(minimal.case, minimal, refs)
             else:
-                node = signatures.first_divergent_node(wide, self.checker.check(wide, minimal.route), refs)
+                node = transforms.first_divergent_node(wide, self.checker.check(wide, minimal.route), refs)
         except CaseError:
             node = None
         return node or next((n for n in minimal.case.nodes if n["op"] == minimal.op), None)
@@ -378,7 +378,7 @@ def _value_classes(view: torch.Tensor) -> dict:
 # A minimal case may still hold special values that play no part: the ladder of
 # _simplify_values tries 0, the sign and integers, and a subnormal dividend that only 0 was
 # tried for stays. Each special element is made ordinary in groups, one class at a time, then
-# halves, then alone (triage.delta); those the failure needs stay. An element is idle when the
+# halves, then alone (delta); those the failure needs stay. An element is idle when the
 # failure survives it made ordinary either way: the first or the second of PLAIN_VALUES that the
 # view's other elements do not hold (1.0, an integer, may pass where 0.5 fails: a floor
 # division's remainder of 1.0 by -inf is exact).
@@ -421,7 +421,7 @@ def without_elements(case: Case, elements: list, choice: int = 0) -> Case | None
 def needed_specials(case: Case, still_fails) -> Case:
     """`case` with every special element the failure does not need made ordinary (the same
     case when it needs them all); still_fails(candidate) -> the failure survives in it."""
-    from torchsim_diff.triage.delta import needed_parts
+    from torchsim_diff.delta import needed_parts
     elements = special_elements(case)
     if not elements:
         return case
@@ -608,7 +608,7 @@ def _load_cache(path: str | None) -> dict:
 
 def _save_cache(path: str | None, entries: dict) -> None:
     if path:
-        from torchsim_diff.triage.corpus import write_atomic
+        from torchsim_diff.buckets.corpus import write_atomic
         write_atomic(path, {"schema": 1, "reductions": entries})
 
 

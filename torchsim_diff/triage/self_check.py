@@ -31,7 +31,7 @@ import time
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
 from torchsim_diff.results.kinds import Kind, Status
-from torchsim_diff.triage.bucket_history import smallest_per_bucket
+from torchsim_diff.buckets.bucket_history import smallest_per_bucket
 
 REPLAYS = 2                       # replays of the case on the route, each must fail
 REPRODUCES = 1                    # repro.py's exit status when the bug is there
@@ -69,7 +69,7 @@ class Settled:
 def settle_new_buckets(findings, store, out_dir: str, checker, *, interrupted: bool = False,
                        deadline: float | None = None, settle: bool = True) -> Settled:
     """Self-check the buckets of `findings` (failing records, known bugs left out) that are
-    new to `store` (a triage.bucket_history.BucketStore; every bucket when None). checker: a
+    new to `store` (a buckets.bucket_history.BucketStore; every bucket when None). checker: a
     Checker, or a callable giving a context manager of one (started only when there is a
     bucket to check). An interrupted run checks nothing, and an interrupt during the checks
     ends them: those buckets stay unconfirmed (Settled.interrupted holds the interrupt), as do
@@ -111,7 +111,7 @@ def _to_check(findings, candidates) -> dict:
 
 
 def _save(checks: dict, path: str) -> None:
-    from torchsim_diff.triage.corpus import write_atomic
+    from torchsim_diff.buckets.corpus import write_atomic
     write_atomic(path, {bucket: check.to_dict() for bucket, check in sorted(checks.items())})
 
 

@@ -30,10 +30,11 @@ import tempfile
 import threading
 import time
 
-from torchsim_diff.campaign import bytecode
+from torchsim_diff import bytecode
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes import route_class
-from torchsim_diff.worker import DEFAULT_TIMEOUT_S, protocol
+from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
+from torchsim_diff.worker import protocol
 from torchsim_diff.worker.protocol import Outcome, Request
 
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -31,7 +31,7 @@ import torch
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.mlir import lowering as lowering
 from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported
-from torchsim_diff.worker import DEFAULT_TIMEOUT_S
+from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
 
 RUNTIME_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runtime")
 RUNTIME_SOURCES = ("htif.c", "main.c")

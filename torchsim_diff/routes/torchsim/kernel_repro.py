@@ -12,7 +12,7 @@
       actual/<arg>.raw      the same arguments as PyTorchSim produced them (when known)
       workdir/              their kernel workdir: kernel.py, spec, meta.json, stage.log, IR
       capture/              torchsim-diff kernel capture; after = interpreter, replays exactly:
-                            python -m torchsim_diff.triage.kernels.launch_replay capture
+                            python -m torchsim_diff.routes.triton.launch_replay capture
 
 The expected outputs fill the gap PyTorchSim's spec leaves (`reference()` returns {}).
 """
@@ -191,7 +191,7 @@ def export_reproducer(launch_folder: str, dest: str, *, generation: str, pytorch
 
 
 def _copy_capture(launch_folder: str, capture: str) -> None:
-    from torchsim_diff.triage.kernels.capture import FORMAT, SCHEMA
+    from torchsim_diff.kernels.capture import FORMAT, SCHEMA
     name = os.path.basename(os.path.normpath(launch_folder))
     shutil.copytree(launch_folder, os.path.join(capture, name), dirs_exist_ok=True)
     with open(os.path.join(capture, "index.json"), "w") as f:
@@ -244,7 +244,7 @@ def _write_scripts(dest: str, launch: dict, outputs: list, generation: str) -> N
 
 
 def _comparison(dest: str, outputs: list) -> list:
-    from torchsim_diff.triage.kernels.launch_replay import compare_bytes
+    from torchsim_diff.routes.triton.launch_replay import compare_bytes
     lines = []
     for arg in outputs:
         paths = [os.path.join(dest, sub, f"{arg['name']}.raw") for sub in ("actual", "expected")]
@@ -279,7 +279,7 @@ numels {launch['numels']}.
 ## Reproduce
 In the PyTorchSim environment: `sh replay.sh` (copies inputs/ into workdir/runtime, runs the
 compiler and Spike, compares with expected/). Reference side, anywhere with torch and triton:
-`TRITON_INTERPRET=1 python -m torchsim_diff.triage.kernels.launch_replay capture` (bit-exact).
+`TRITON_INTERPRET=1 python -m torchsim_diff.routes.triton.launch_replay capture` (bit-exact).
 
 ## Arguments
 {chr(10).join(f"- {a['name']}: {a['role']} {a['dtype']} size {a['size']} stride {a['stride']}" if a['kind'] == 'tensor' else f"- {a['name']} = {a['value']}" for a in launch['args'])}

@@ -9,7 +9,7 @@ through `as_strided(size, stride)` into a flat file of `numel` elements, each ou
 as zeros. That is a launch, minus the grid (computed here from the numels and the pinned
 block sizes, program_id(0) = x first) and the expected outputs, which PyTorchSim does not
 have: its spec's `reference()` returns {}. Converting it to the capture format of
-`torchsim_diff.triage.kernels.capture` lets `torchsim_diff.triage.kernels.launch_replay` run the same kernel on
+`torchsim_diff.kernels.capture` lets `torchsim_diff.routes.triton.launch_replay` run the same kernel on
 the same inputs under Triton's interpreter, which is that missing per-kernel reference.
 
 The route snapshots the launch's .raw files around every Spike run into
@@ -182,7 +182,7 @@ def buffer_bytes(args: list, inputs_dir: str, outputs_dir: str | None) -> dict:
 def write_launch(workdir: str, folder: str, *, inputs_dir: str, outputs_dir: str | None = None,
                  executor: str = PYTORCHSIM_EXECUTOR) -> str:
     """Write one capture launch folder for the workdir's kernel on the given raw files."""
-    from torchsim_diff.triage.kernels.capture import LAUNCH_FILE, LAUNCH_FORMAT, SCHEMA
+    from torchsim_diff.kernels.capture import LAUNCH_FILE, LAUNCH_FORMAT, SCHEMA
     meta = read_meta(workdir)
     with open(os.path.join(workdir, SOURCE_FILE)) as f:
         source = f.read()
@@ -224,7 +224,7 @@ def convert_workdirs(workdirs: list, capture_dir: str, *, generation: str | None
     """Write a capture (index.json + one folder per launch) for the given workdirs.
 
     `generation` (C1, C2) is kept in index.json for the reproducer's replay commands."""
-    from torchsim_diff.triage.kernels.capture import FORMAT, INDEX_FILE, SCHEMA
+    from torchsim_diff.kernels.capture import FORMAT, INDEX_FILE, SCHEMA
     os.makedirs(capture_dir, exist_ok=True)
     names, folders = [], []
     for workdir in workdirs:
@@ -250,7 +250,7 @@ def convert_dump(dump_path: str, capture_dir: str, *, generation: str | None = N
 def first_divergent_kernel(capture_dir: str) -> dict | None:
     """The first converted launch whose PyTorchSim outputs Triton's interpreter does not
     reproduce on the same inputs (None: every kernel agrees)."""
-    from torchsim_diff.triage.kernels.localise import first_divergent_kernel as localise
+    from torchsim_diff.routes.triton.localise import first_divergent_kernel as localise
     return localise(capture_dir, executor="interpreter")
 
 
@@ -314,14 +314,14 @@ def _workdirs_named(command_args) -> list:
 def fill_interpreter_outputs(capture_dir: str) -> None:
     """Replace every launch's "after" bytes with what Triton's interpreter computes from its
     "before" bytes (runs in a child Python when this process cannot interpret)."""
-    from torchsim_diff.triage.kernels import launch_replay
+    from torchsim_diff.routes.triton import launch_replay
     if not launch_replay._fits_this_process("interpreter"):
         command = [sys.executable, "-m", "torchsim_diff.routes.torchsim.workdir", "fill-reference", capture_dir]
         done = subprocess.run(command, capture_output=True, text=True, env=launch_replay.executor_env("interpreter"))
         if done.returncode != 0:
             raise RuntimeError(f"interpreter reference failed: {done.stderr.strip()[-2000:]}")
         return
-    from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders
+    from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders
     for folder in launch_folders(capture_dir):
         launch = CapturedLaunch(folder)
         outputs = launch_replay.run_launch(launch, executor="interpreter")

@@ -27,7 +27,7 @@ Shims (installed by `install_interpreter_shims()`, idempotent; 1-2 touch Inducto
   8. GEMM templates: `max_autotune_gemm` with the TRITON backend and a preprocessing
      filter that keeps the first Triton choice (no benchmarking in the interpreter).
 Launch hook (`set_launch_handler`): wraps `CachingAutotuner.run`, Inductor's kernel launch
-boundary, so that torchsim_diff.triage.kernels.capture sees every launch and decides how it runs.
+boundary, so that torchsim_diff.kernels.capture sees every launch and decides how it runs.
 Wrapper code (`collect_wrapper_code`): Inductor's `GraphLowering.save_output_code` hook, as
 run_and_get_code uses it, but without resetting Dynamo and keeping the code when the first
 run fails.

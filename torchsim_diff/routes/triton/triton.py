@@ -7,7 +7,7 @@ ATen). A case where one of the program's ops still ran outside Triton (extern_ke
 ATen fallback in the generated wrapper) tested nothing of Triton for that op, so it is
 reported Unsupported with the op named, never passed.
 
-Every launch is captured (torchsim_diff.triage.kernels.capture) into the case's `kernels/`
+Every launch is captured (torchsim_diff.kernels.capture) into the case's `kernels/`
 artifact folder, and the generated wrapper goes to `inductor/wrapper.py`: first during the
 compiling run (so a kernel that fails there keeps its capture), then again, replacing it,
 during each checked run. Metrics: kernel_launches, t_kernels (seconds inside the launcher,
@@ -74,7 +74,7 @@ def copy_with_layout(tensor, device=None):
 
 def load_launcher(spec):
     """The launcher named "module:Class" (None: Inductor's own; an object with .launch: itself)."""
-    from torchsim_diff.triage.kernels.capture import InductorLauncher
+    from torchsim_diff.kernels.capture import InductorLauncher
     if not spec:
         return InductorLauncher()
     if hasattr(spec, "launch"):
@@ -125,7 +125,7 @@ class _TritonRouteBase(Route):
     def _compile_launcher(self):
         """The launcher of the compiling (first) run: Inductor's own, so that a launcher under
         test cannot break compilation; a route whose launcher is its compiler overrides this."""
-        from torchsim_diff.triage.kernels.capture import InductorLauncher
+        from torchsim_diff.kernels.capture import InductorLauncher
         return InductorLauncher()
 
     def compile(self, program, example_inputs, ctx) -> Compiled:
@@ -152,7 +152,7 @@ class _TritonRouteBase(Route):
         """
         import torch
 
-        from torchsim_diff.triage.kernels.capture import LaunchRecorder
+        from torchsim_diff.kernels.capture import LaunchRecorder
         from torchsim_diff.routes.triton import shims
         inputs = [self._to_device(x) for x in example_inputs]
         codes, timed = [], _TimedLauncher(self._compile_launcher())
@@ -236,7 +236,7 @@ class TritonCompiled(Compiled):
         return outputs if on_host else self.route._copy_back(inputs, device_inputs, outputs)
 
     def _handler(self, ctx, graph_inputs, timed):
-        from torchsim_diff.triage.kernels.capture import LaunchRecorder
+        from torchsim_diff.kernels.capture import LaunchRecorder
         if not self.route.options.get("capture", True):
             return timed.launch
         return LaunchRecorder(os.path.join(ctx.artifact_dir, "kernels"), launcher=timed,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 
-from torchsim_diff.triage.kernels.capture import LAUNCH_FILE, launch_folders
-from torchsim_diff.triage.kernels.launch_replay import replay_artifact
+from torchsim_diff.kernels.capture import LAUNCH_FILE, launch_folders
+from torchsim_diff.routes.triton.launch_replay import replay_artifact
 
 
 def first_divergent_kernel(artifact_dir: str, *, executor: str = "interpreter",

@@ -1,6 +1,6 @@
 """Known TOGSim defects: a failed timing check that matches one is reported as known, not new.
 
-A defect lives in the known-bug ledger (`corpora/known/`, `triage.known_ledger`) as a folder
+A defect lives in the known-bug ledger (`corpora/known/`, `buckets.known_ledger`) as a folder
 of its own, told apart from the value bugs' cause folders by its `defect.json`:
 
     corpora/known/togsim-<name>/defect.json   {"title": ..., "project": "TOGSim",
@@ -12,7 +12,7 @@ of its own, told apart from the value bugs' cause folders by its `defect.json`:
     corpora/known/togsim-<name>/*             the minimal TOG (tile_graph.onnx and .attr.json),
                                               config.json and command.txt
 
-The case loaders (`triage.corpus`, `triage.causes`) skip such folders: they hold no case.
+The case loaders (`buckets.corpus`, `buckets.causes`) skip such folders: they hold no case.
 """
 from __future__ import annotations
 

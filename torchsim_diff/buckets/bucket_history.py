@@ -5,7 +5,7 @@ The store is one SQLite file (default reports/buckets.sqlite) in WAL mode; every
 one transaction, so campaigns sharing a history never lose each other's updates. A history
 kept by earlier versions as JSON (buckets.json beside the SQLite file, or the path given
 when it ends in .json) is imported once. The file is verified before it is trusted
-(triage.history_file): a file the tool did not make is refused, never renamed; a damaged one
+(buckets.history_file): a file the tool did not make is refused, never renamed; a damaged one
 is set aside with a one-line warning naming where it went, never overwritten; a command that
 only reads opens it read-only. A row whose cells are not of their column's type is left out
 (counted in `left_out`, warned of once).
@@ -26,7 +26,7 @@ from torchsim_diff.case.graph import case_size
 from torchsim_diff.results.jsonl import StorageError
 from torchsim_diff.results.kinds import Status
 from torchsim_diff.results.record import HISTORY_REQUIRED, BadRecord, Record
-from torchsim_diff.triage.history_file import open_history, set_aside
+from torchsim_diff.buckets.history_file import open_history, set_aside
 
 DEFAULT_PATH = os.path.join("reports", "buckets.sqlite")
 LEGACY_SUFFIX = ".json"
@@ -44,7 +44,7 @@ def store_path(path: str) -> str:
 
 class BucketStore:
     """Bucket history in SQLite; `new` holds the buckets this process saw first. read_only:
-    for commands that only read it (triage.history_file): nothing is written, and a missing or
+    for commands that only read it (buckets.history_file): nothing is written, and a missing or
     damaged file reads as empty."""
 
     def __init__(self, path: str = DEFAULT_PATH, *, read_only: bool = False):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from torchsim_diff.triage.causes import Cause, read_causes
-from torchsim_diff.triage.signatures import bucket_of
+from torchsim_diff.buckets.causes import Cause, read_causes
+from torchsim_diff.buckets.signatures import bucket_of
 
 NEW = "new"
 

@@ -15,7 +15,7 @@
                                         "search": the last upstream search (optional):
                                           {"date": ..., "queries": [...], "nearest":
                                            [{"url", "title", "state", "relation"}, ...]}}
-    corpora/known/<cause>/<name>.json  its cases: known-bug entries (triage.corpus), one per
+    corpora/known/<cause>/<name>.json  its cases: known-bug entries (buckets.corpus), one per
                                        route or op where the defect shows
 
 `title` names the mis-compiled construct in the upstream's terms; `project` is the upstream
@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from torchsim_diff import files
-from torchsim_diff.timing.known_defects import is_defect_folder
-from torchsim_diff.triage.corpus import CAUSE_FILE, KNOWN, CorruptEntry, iter_entries
+from torchsim_diff.buckets.projects import PROJECTS
+from torchsim_diff.buckets.known_defects import is_defect_folder
+from torchsim_diff.buckets.corpus import CAUSE_FILE, KNOWN, CorruptEntry, iter_entries
 
 STATUSES = ("new", "reported", "fixed")
 FIELDS = ("title", "project", "component", "status", "upstream", "fixed_in", "summary", "shown", "wrong_side",
@@ -82,13 +84,44 @@ def _rank(route: str) -> int:
     return PLAINEST.index(route) if route in PLAINEST else len(PLAINEST)
 
 
+# -- the `mlir_opt` field: an MLIR bug's reproducer kept as data (report.mlir_opt_bundle writes it)
+SAFE_PIPELINE = re.compile(r"^[\w.(){}=,\- ]+$")     # pass names and options: no shell or path syntax
+SAFE_FILE = re.compile(r"^[\w.-]+\.mlir$")
+
+
+class BadMlirRepro(ValueError):
+    """A cause's `mlir_opt` field that does not say a usable reproducer (message names the field)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MlirRepro:
+    file: str
+    pipeline: str
+    run: bool
+    shows: str
+    expected: str
+
+
+def read_mlir_repro(raw, path: str) -> MlirRepro | None:
+    """A cause's `mlir_opt` field (None where it has none); BadMlirRepro naming what is wrong."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), str) for k in ("file", "pipeline", "shows")):
+        raise BadMlirRepro(f"{path}: mlir_opt is {{\"file\", \"pipeline\", \"shows\": text, \"run\": bool}}")
+    if not SAFE_FILE.match(raw["file"]) or not SAFE_PIPELINE.match(raw["pipeline"]) or not raw["shows"]:
+        raise BadMlirRepro(f"{path}: mlir_opt names a .mlir file beside cause.json, a pass pipeline and the text "
+                           "its output shows")
+    if not isinstance(raw.get("run", False), bool) or not isinstance(raw.get("expected", ""), str):
+        raise BadMlirRepro(f"{path}: mlir_opt.run is true or false, mlir_opt.expected text")
+    return MlirRepro(raw["file"], raw["pipeline"], raw.get("run", False), raw["shows"], raw.get("expected", ""))
+
+
 def is_cause_folder(path: str) -> bool:
     return os.path.isfile(os.path.join(path, CAUSE_FILE))
 
 
 def read_cause(folder: str) -> Cause:
     """The cause in `folder` with its known entries; CorruptEntry naming the file and field."""
-    from torchsim_diff.report.bundles import PROJECTS
     path = os.path.join(folder, CAUSE_FILE)
     try:
         raw = files.read_json(path, files.CASE_FILE)
@@ -101,7 +134,6 @@ def read_cause(folder: str) -> Cause:
             raise CorruptEntry(f"{path}: {key} must be text (a JSON string)")
     cause = Cause(folder, **{key: raw.get(key) or "" for key in FIELDS})
     cause.search = read_search(raw.get("search"), path)
-    from torchsim_diff.report.mlir_opt_bundle import BadMlirRepro, read_mlir_repro
     try:
         cause.mlir_opt = read_mlir_repro(raw.get("mlir_opt"), path)
     except BadMlirRepro as exc:
@@ -180,33 +212,11 @@ def read_causes(known: str) -> tuple:
                 causes.append(read_cause(path))
             except CorruptEntry as exc:
                 problems.append(str(exc))
-        elif is_defect_folder(path):    # a known TOGSim defect (timing.known_defects)
+        elif is_defect_folder(path):    # a known TOGSim defect (buckets.known_defects)
             continue
         elif name.endswith(".json") or os.path.isdir(path):
             problems.append(f"{path}: not in a cause folder (corpora/known/<cause>/{CAUSE_FILE})")
     return causes, problems
-
-
-def analysis(cause: Cause, shown) -> str:
-    """The paragraph ISSUE.md gives a cause: its summary, where it was already reported or
-    fixed, and the other cases where it shows (every one, where `shown` is None: the report
-    shows a reproducer of its own)."""
-    from torchsim_diff.report.bundles import COMPILER_NAMES, expression
-    parts = [cause.summary.strip()] if cause.summary.strip() else []
-    parts += [cause.also_checked.strip()] if cause.also_checked.strip() else []
-    if cause.status == "fixed":
-        parts.append(f"Fixed upstream{' in ' + cause.fixed_in if cause.fixed_in else ''}: {cause.upstream}")
-
-    def where(entry) -> str:
-        compiler = COMPILER_NAMES.get((cause.project, entry.route), entry.route)
-        return f"`{expression(entry.case, entry.case.outputs)}` ({compiler})"
-    seen = list(dict.fromkeys(where(e) for e in cause.entries if e is not shown))
-    seen = [w for w in seen if shown is None or w != where(shown)]
-    if seen:
-        parts.append("The same defect shows in: " + "; ".join(seen) + ".")
-    if cause.status == "new" and cause.search:
-        parts.append(searched(cause.search))
-    return "\n\n".join(parts)
 
 
 def searched(search: Search) -> str:

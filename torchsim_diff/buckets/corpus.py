@@ -6,7 +6,7 @@
                                  "first_op": "...", "project": "..."}
 
 `bucket` and `signature` are the raw ones of the case as checked (what replay holds it to);
-`cause` the signature of its minimal case (triage.signatures, "cause signatures"), which a
+`cause` the signature of its minimal case (buckets.signatures, "cause signatures"), which a
 failure must have once reduced to be this known bug (corpus_replay.resign computes it).
 `upstream` is the URL of the upstream issue when the project already knows the bug ("not
 yet filed" otherwise); `first_op` the first divergent op of a value failure; `project` (optional)
@@ -28,12 +28,12 @@ from torchsim_diff import files
 from torchsim_diff.case.graph import Case, CaseError
 from torchsim_diff.case.validate import validate_case
 from torchsim_diff.results.record import EntryFields
-from torchsim_diff.timing.known_defects import is_defect_folder
-from torchsim_diff.triage.signatures import bucket_of, on_route
+from torchsim_diff.buckets.known_defects import is_defect_folder
+from torchsim_diff.buckets.signatures import bucket_of, on_route
 
 SEED, KNOWN = "seed", "known"
 # Entry fields besides the case; each is text when present.
-CAUSE_FILE = "cause.json"     # a known bug's root cause (triage.causes), beside its entries
+CAUSE_FILE = "cause.json"     # a known bug's root cause (buckets.causes), beside its entries
 TEXT_FIELDS = ("route", "kind", "bucket", "signature", "cause", "note", "upstream", "first_op", "project", "message")
 
 

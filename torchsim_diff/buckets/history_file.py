@@ -3,7 +3,7 @@
 1. The path is a regular file within its cap (files.check_regular) that starts with SQLite's
    header, or is empty. Anything else (`--buckets` naming a results file, say) is no history
    torchsim-diff made: refused in one line, never renamed.
-2. Its write-ahead log holds no frame SQLite would silently drop (triage.wal_frames); one that
+2. Its write-ahead log holds no frame SQLite would silently drop (buckets.wal_frames); one that
    does is warned of, and the file is copied aside with its log before SQLite reads it.
 3. Its tables are those of SCHEMA (or some of them: earlier versions made fewer), with their
    columns; another application's file is refused in one line, never renamed.
@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from torchsim_diff import files
 from torchsim_diff.results.jsonl import StorageError
-from torchsim_diff.triage.wal_frames import dropped_frames
+from torchsim_diff.buckets.wal_frames import dropped_frames
 
 BUSY_TIMEOUT_S = 60.0
 SQLITE_HEADER = b"SQLite format 3\x00"

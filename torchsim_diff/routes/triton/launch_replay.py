@@ -13,7 +13,7 @@ per dtype, since libdevice and reduction order legitimately differ.
 Executors: "interpreter" (Triton's interpreter on CPU, with the route's shims) and "cuda".
 A process holds one of them (the interpreter shims replace libdevice, and a CUDA process
 has TRITON_INTERPRET=0), so a replay that does not fit the current process runs in a
-child Python (`python -m torchsim_diff.triage.kernels.launch_replay`).
+child Python (`python -m torchsim_diff.routes.triton.launch_replay`).
 """
 from __future__ import annotations
 
@@ -27,9 +27,9 @@ import sys
 import torch
 
 import torchsim_diff
-from torchsim_diff.campaign import bytecode
+from torchsim_diff import bytecode
 from torchsim_diff.judge.comparison import TOLERANCES
-from torchsim_diff.triage.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
+from torchsim_diff.kernels.capture import CapturedLaunch, launch_folders, torch_dtype
 
 EXECUTORS = ("interpreter", "cuda")
 # The judge's one tolerance table (torch.testing's defaults), for comparisons across executors.
@@ -234,7 +234,7 @@ def executor_env(executor: str) -> dict:
 
 
 def _replay_in_child(folders: list, executor: str) -> list:
-    cmd = [sys.executable, "-m", "torchsim_diff.triage.kernels.launch_replay", "--executor", executor, "--json", *folders]
+    cmd = [sys.executable, "-m", "torchsim_diff.routes.triton.launch_replay", "--executor", executor, "--json", *folders]
     done = subprocess.run(cmd, capture_output=True, text=True, env=executor_env(executor))
     if done.returncode not in (0, 1):
         raise RuntimeError(f"replay child failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}")
@@ -243,7 +243,7 @@ def _replay_in_child(folders: list, executor: str) -> list:
 
 def main(argv=None) -> int:
     import argparse
-    parser = argparse.ArgumentParser(prog="python -m torchsim_diff.triage.kernels.launch_replay",
+    parser = argparse.ArgumentParser(prog="python -m torchsim_diff.routes.triton.launch_replay",
                                      description="Replay captured Triton kernel launches.")
     parser.add_argument("paths", nargs="+")
     parser.add_argument("--executor", choices=EXECUTORS, default="interpreter")

@@ -3,7 +3,7 @@
 A case's error figures are its worst output's. Charged to every op in the case, one
 ill-conditioned op (a prod over 64 broadcast values, 1e9 off in float32 like eager) makes
 a harmless tanh beside it look 1e9 off. So a case with several nodes runs once more on the
-same route with every intermediate as an output (classify.intermediates_as_outputs), and
+same route with every intermediate as an output (case.transforms.intermediates_as_outputs), and
 each node gets two sets of figures:
 
 - carried (`op_errors`): its value against the program's float64 value through the whole
@@ -78,7 +78,7 @@ def measure(checker, case, route: str, timeout_s: float | None = None) -> OpErro
     """Run `case` with every intermediate as an output on `route`: each op's carried and local
     figures. Nothing measured when that run does not complete (the route rejects the changed
     graph, a crash)."""
-    from torchsim_diff.triage.signatures import intermediates_as_outputs
+    from torchsim_diff.case.transforms import intermediates_as_outputs
     from torchsim_diff.case.graph import CaseError
     from torchsim_diff.worker import protocol
     try:
