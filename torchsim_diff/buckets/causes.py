@@ -29,7 +29,7 @@ import os
 import re
 
 from torchsim_diff import files
-from torchsim_diff.buckets.projects import PROJECTS
+from torchsim_diff.buckets.projects import PROJECTS, route_facts
 from torchsim_diff.buckets.known_defects import is_defect_folder
 from torchsim_diff.buckets.corpus import CAUSE_FILE, KNOWN, CorruptEntry, iter_entries
 
@@ -37,8 +37,6 @@ STATUSES = ("new", "reported", "fixed")
 FIELDS = ("title", "project", "component", "status", "upstream", "fixed_in", "summary", "shown", "wrong_side",
           "also_checked")
 WRONG_SIDES = ("compiled", "eager")
-# The route whose repro.py is plainest first: torch alone, then torch-mlir, then the adapter.
-PLAINEST = ("inductor", "triton", "triton-cuda", "mlir", "spike", "triton-spike")
 
 
 @dataclasses.dataclass
@@ -81,7 +79,9 @@ class Cause:
 
 
 def _rank(route: str) -> int:
-    return PLAINEST.index(route) if route in PLAINEST else len(PLAINEST)
+    """The route whose repro.py is plainest first (ReportFacts.plainest): torch alone, then
+    torch-mlir, then the adapter."""
+    return route_facts(route).plainest
 
 
 # -- the `mlir_opt` field: an MLIR bug's reproducer kept as data (report.mlir_opt_bundle writes it)

@@ -1,20 +1,13 @@
 """The upstream projects a cause is filed with: repository, where a new issue is filed, and the
-sections of its issue template.
+sections of its issue template. A route whose upstream is none of these names its own
+(routes.base.ReportFacts.upstream).
 
     >>> PROJECTS["torch-mlir"].repo
     'llvm/torch-mlir'
 """
 from __future__ import annotations
 
-import dataclasses
-
-
-@dataclasses.dataclass(frozen=True)
-class Project:
-    name: str
-    repo: str
-    file_at: str
-    sections: tuple          # (bug section, versions section) of its issue template
+from torchsim_diff.routes.base import Project, ReportFacts
 
 
 PROJECTS = {p.name: p for p in (
@@ -29,3 +22,22 @@ PROJECTS = {p.name: p for p in (
     Project("triton-adapter", "triton-lang/triton-ascend", "https://github.com/triton-lang/triton-ascend/issues/new",
             ("## Description", "## Environment")),
 )}
+
+
+def project_named(name: str, route: str | None = None) -> Project | None:
+    """The project called `name`: a built-in one, else the one `route` declares as its own."""
+    if name in PROJECTS:
+        return PROJECTS[name]
+    own = route_facts(route).upstream
+    return own if own is not None and own.name == name else None
+
+
+def route_facts(route) -> ReportFacts:
+    """What a report says of `route` (routes.base.ReportFacts); the defaults for a route not known here."""
+    from torchsim_diff.routes import UnknownRoute, route_class
+    if not isinstance(route, str):
+        return ReportFacts()
+    try:
+        return route_class(route).report
+    except UnknownRoute:
+        return ReportFacts()

@@ -21,7 +21,6 @@ import sys
 
 from torchsim_diff.results.kinds import Kind
 
-BISECT_ROUTES = ("inductor",)
 TIMEOUT_S = 600
 RESULT_PREFIX = "BISECTION "
 
@@ -74,7 +73,8 @@ class Bisection:
 
 def applies(record) -> str:
     """Why the bisection does not apply to `record` ('' when it does)."""
-    if record.route not in BISECT_ROUTES:
+    from torchsim_diff.buckets.projects import route_facts
+    if not route_facts(record.route).bisect:
         return f"the {record.route} repro needs more than torch on the CPU"
     if record.kind not in Kind.values_where("value_failure") and record.kind != Kind.COMPILE_ERROR.value:
         return f"a {record.kind} is not bisected (each try could hang or crash)"

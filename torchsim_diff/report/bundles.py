@@ -29,7 +29,7 @@ import sys
 
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
-from torchsim_diff.buckets.projects import PROJECTS, Project
+from torchsim_diff.buckets.projects import PROJECTS, Project, project_named, route_facts
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.report import adapter_bundle, checklist, eager_script, kernel_bundle, plain_script, quoted_output
 from torchsim_diff.report.script_text import check_script, docstring
@@ -49,23 +49,6 @@ PT2_TEMPLATE = "https://github.com/pytorch/pytorch/issues/new?template=pt2-bug-r
 PT2_ERROR_SECTION = "### Error logs"
 FUZZER_NOTE = ("Found by a differential fuzzer: the compiled program against eager PyTorch, with the same program "
                "in float64 as the higher-precision baseline. Suggested label: `topic: fuzzer`.")
-ROUTE_PROJECT = {"eager": "pytorch", "inductor": "pytorch", "triton": "pytorch", "triton-cuda": "pytorch",
-                 "mlir": "torch-mlir", "spike": "torch-mlir", "triton-spike": "triton-adapter"}
-# How the title names the compiler, per (project, route).
-COMPILER_NAMES = {("pytorch", "inductor"): "torch.compile (Inductor CPU)",
-                  ("pytorch", "triton"): "torch.compile (Inductor Triton kernels, TRITON_INTERPRET=1)",
-                  ("pytorch", "triton-cuda"): "torch.compile (Inductor Triton, CUDA)",
-                  ("triton", "triton"): "Interpreter (TRITON_INTERPRET=1)",
-                  ("torch-mlir", "mlir"): "fx.export_and_import (linalg-on-tensors)",
-                  ("torch-mlir", "spike"): "fx.export_and_import (linalg-on-tensors)",
-                  ("llvm", "spike"): "[RISCV]",
-                  ("pytorch", "mlir"): "torch.export with torch-mlir's decompositions",
-                  ("pytorch", "spike"): "torch.export with torch-mlir's decompositions",
-                  ("pytorch", "triton-spike"): "torch.compile (Inductor Triton kernels through triton-adapter-opt)",
-                  ("llvm", "triton-spike"): "mlir-opt (a Triton kernel's linalg lowered to LLVM)",
-                  ("triton-adapter", "triton-spike"): "triton-adapter-opt (Triton to linalg)"}
-
-
 def project_of(record: Record) -> Project:
     """The upstream project: the record's `project`, else the one its `upstream` URL names,
     else the route's."""
@@ -73,10 +56,11 @@ def project_of(record: Record) -> Project:
     upstream = record.upstream or ""
     if not name:
         name = next((p.name for p in PROJECTS.values() if re.search(rf"{re.escape(p.repo)}(?![\w-])", upstream)), None)
-    name = name or ROUTE_PROJECT.get(record.route, "pytorch")
-    if name not in PROJECTS:
+    name = name or route_facts(record.route).project
+    project = project_named(name, record.route)
+    if project is None:
         raise BundleError(f"project={name!r} is not one of {', '.join(PROJECTS)}")
-    return PROJECTS[name]
+    return project
 
 
 # -- the title -------------------------------------------------------------------------------
@@ -95,7 +79,7 @@ TITLE_EXPRESSION_CHARS = 80
 def title(record: Record, case: Case) -> str:
     """"<compiler>: <expr> on a <layout> input <symptom>", from the minimal case and trigger."""
     project = project_of(record)
-    compiler = COMPILER_NAMES.get((project.name, record.route), f"{project.name} ({record.route})")
+    compiler = route_facts(record.route).compiler_name(project.name, record.route)
     words = [LAYOUT_WORDS[t] for t in _trigger_of(record, case) if t in LAYOUT_WORDS]
     where = f" on {_article(words[0])} {' '.join(words)} input" if words else ""
     dtype = f" ({case.dtype})" if case.dtype != "float32" else ""
@@ -168,15 +152,6 @@ def _input_letters(count: int) -> list:
 
 
 # -- repro.py --------------------------------------------------------------------------------
-TORCH_COMPILE = "torch.compile"
-ROUTE_SETUP = {     # route -> (import line before torch, the compiler's name in the script)
-    "eager": ("", "eager"),
-    "inductor": ("", TORCH_COMPILE),
-    "triton": ("import triton_shims  # first: TRITON_INTERPRET=1, and Inductor's Triton kernels for CPU tensors",
-               TORCH_COMPILE),
-    "triton-cuda": ("", TORCH_COMPILE),
-}
-COMPILE_ROUTES = ("inductor", "triton", "triton-cuda")    # torch.compile with the campaign's settings (compile_setup)
 # A route whose compiled program runs on another device (its class's `device`) gets inputs
 # copied there (eager and float64 stay on the CPU), after the line that says why a machine
 # without that device cannot run it.
@@ -254,17 +229,13 @@ def compiled(*xs):  # torch.export, then torch-mlir's import to linalg-on-tensor
     exported = exported.run_decompositions(get_decomposition_table())
     fx.export_and_import(exported, output_type="linalg-on-tensors", decomposition_table={})
     sys.exit(print("imported without error; this bug shows only when the module runs") or 2)"""
-IMPORT_ONLY = ("mlir", "spike")     # routes whose script stops after the compiler's import stage
-ROUTE_SETUP.update({route: ("", "torch-mlir") for route in IMPORT_ONLY})
 # A torch-mlir bug shows on the host too: repro.py runs the lowered module there with the
 # mlir_host.py the bundle ships.
 HOST_SETUP = ("import mlir_host  # beside this script: torch-mlir's linalg lowered to LLVM and run here",
               "compiled = lambda *xs: mlir_host.run(program, xs)")
-TOOLCHAIN = {"triton": "triton", "triton-cuda": "CUDA GPU", "eager": "", "inductor": "C++ compiler", "mlir": "torch-mlir",
-             "spike": "torch-mlir"}
 
 
-# Projects whose bug on an IMPORT_ONLY route lives in the lowering the host run repeats:
+# Projects whose bug on an import-only route (ReportFacts.import_only) lives in the lowering the host run repeats:
 # torch-mlir's own, and MLIR's passes inside it.
 HOST_PROJECTS = ("torch-mlir", "llvm")
 
@@ -272,18 +243,19 @@ HOST_PROJECTS = ("torch-mlir", "llvm")
 def runs_on_host(record: Record, case: Case) -> bool:
     """Whether the bundle runs a torch-mlir (or MLIR) bug on the host (see HOST_SETUP)."""
     from torchsim_diff.report import mlir_host
-    return (record.route in IMPORT_ONLY and project_of(record).name in HOST_PROJECTS
+    return (route_facts(record.route).import_only and project_of(record).name in HOST_PROJECTS
             and mlir_host.runs_on_host(case))
 
 
 def harness_only(route: str) -> bool:
     """Whether repro.py runs the route through torchsim-diff's checker (_HARNESS_SCRIPT)."""
-    return route not in ROUTE_SETUP
+    return route_facts(route).script is None
 
 
 def standalone_routes() -> list:
     """Routes whose repro.py runs the route itself (others print why and exit 2)."""
-    return sorted(ROUTE_SETUP)
+    from torchsim_diff.routes import route_names
+    return sorted(route for route in route_names() if not harness_only(route))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,14 +280,15 @@ def render_script(record: Record, case: Case, heading: str = "", options: Script
     if harness_only(route):
         script = _HARNESS_SCRIPT.format(route=route, timeout_s=HARNESS_TIMEOUT_S, run_dir=HARNESS_RUN_DIR)
         return check_script(docstring(doc) + "\n" + script, doc)
-    env, compiler = ROUTE_SETUP[route]
+    facts = route_facts(route)
+    env, compiler = facts.script
     if options.eager_form:
         setup = ""
     elif host:
         env, setup = HOST_SETUP
-    elif route in IMPORT_ONLY:
+    elif facts.import_only:
         setup = _MLIR_IMPORT
-    elif route in COMPILE_ROUTES:
+    elif facts.torch_compile:
         setup = compile_setup(record, case, options.dropped)
     else:
         setup = "compiled = program"
@@ -326,7 +299,7 @@ def render_script(record: Record, case: Case, heading: str = "", options: Script
     imports += ([f"    {env}"] if env else []) + ["    import torch"]
     imports += ["except ImportError as exc:", '    sys.exit(print(f"cannot run here: {exc}") or 2)']
     imports += [device_check] if device_check else []
-    kind = record.kind if not (route in IMPORT_ONLY and not host) else Kind.COMPILE_ERROR.value
+    kind = record.kind if not (facts.import_only and not host) else Kind.COMPILE_ERROR.value
     # tolerances come from eager and float64 runs: only a value failure has values to hold to them
     # (eager may reject the program of an invalid_case)
     values = kind in Kind.values_where("value_failure") and not options.eager_form
@@ -343,7 +316,7 @@ def render_script(record: Record, case: Case, heading: str = "", options: Script
 
 def uses_tolerances(record: Record, case: Case) -> bool:
     """Whether repro.py compares float values at a tolerance (render_script's `at_defaults` matters)."""
-    if harness_only(record.route) or (record.route in IMPORT_ONLY and not runs_on_host(record, case)):
+    if harness_only(record.route) or (route_facts(record.route).import_only and not runs_on_host(record, case)):
         return False
     return record.kind in Kind.values_where("value_failure")
 
@@ -356,7 +329,8 @@ def _device_of(route: str) -> str | None:
 
 
 def _or_toolchain(route: str) -> str:
-    tool = TOOLCHAIN.get(route, _HARNESS_TOOLCHAIN.format(route=route))
+    tool = route_facts(route).toolchain
+    tool = _HARNESS_TOOLCHAIN.format(route=route) if tool is None else tool
     return f", or no {tool}" if tool else ""
 
 
@@ -603,7 +577,7 @@ def write_bundle(record: Record, to_dir: str, *, artifacts_dir: str | None = Non
     if runs_on_host(record, case):
         from torchsim_diff.report import mlir_host
         write_text(os.path.join(to_dir, mlir_host.FILE), mlir_host.source())
-    if route in IMPORT_ONLY:
+    if route_facts(route).import_only:
         from torchsim_diff.report import mlir_host
         mlir_host.write_ir(case, to_dir, lower=record.kind != Kind.TIMEOUT.value)
     runs = run or minimise
@@ -655,7 +629,7 @@ def _plainest_script(record: Record, case: Case, to_dir: str, heading: str) -> t
     that reproduced: (status, stdout, stderr), or None where nothing was run)."""
     def write(options: ScriptOptions) -> None:
         write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading, options))
-    if harness_only(record.route) or (record.route in IMPORT_ONLY and not runs_on_host(record, case)):
+    if harness_only(record.route) or (route_facts(record.route).import_only and not runs_on_host(record, case)):
         write(ScriptOptions())
         return ScriptOptions(), None
     options = ScriptOptions(at_defaults=uses_tolerances(record, case))
@@ -665,7 +639,7 @@ def _plainest_script(record: Record, case: Case, to_dir: str, heading: str) -> t
         options = ScriptOptions()
         write(options)
         outcome = run_repro(to_dir)
-    if outcome[0] != 1 or record.route not in COMPILE_ROUTES:
+    if outcome[0] != 1 or not route_facts(record.route).torch_compile:
         return options, outcome
     for name in OPTIONAL_SETTINGS:
         fewer = dataclasses.replace(options, dropped=options.dropped + (name,))
@@ -996,7 +970,7 @@ def markdown_text(text: str) -> str:
 
 def is_torch_compile_bug(record: Record) -> bool:
     """A PyTorch bug whose repro.py runs torch.compile: filed with PyTorch's pt2 template."""
-    return project_of(record).name == "pytorch" and record.route in COMPILE_ROUTES
+    return project_of(record).name == "pytorch" and route_facts(record.route).torch_compile
 
 
 # The draft for a cause upstream already has: a comment for its thread (what this case adds),
@@ -1173,13 +1147,13 @@ def _launch_description(record: Record, case: Case) -> str:
 
 
 def _compiler_name(record: Record) -> str:
-    return COMPILER_NAMES.get((project_of(record).name, record.route), record.route)
+    return route_facts(record.route).compiler.get(project_of(record).name, record.route)
 
 
 def _found_on(record: Record) -> str:
     if not record.found_on:
         return ""
-    through = COMPILER_NAMES.get((project_of(record).name, record.found_on), record.found_on)
+    through = route_facts(record.found_on).compiler.get(project_of(record).name, record.found_on)
     return f" (found through {through}, which compiles the same kernels)"
 
 
@@ -1204,13 +1178,10 @@ def versions_text(record: Record, case: Case, kernel_only: bool = False, whole_e
         return f"{adapter}\ntriton (wrote kernel.ttir): {dist_version('triton')}\n"
     lines = [f"torch: {torch.__version__}", f"python: {platform.python_version()}",
              f"CPU capability: {torch.backends.cpu.get_cpu_capability()}"]
-    route = record.route
-    if route in COMPILE_ROUTES:
+    route, facts = record.route, route_facts(record.route)
+    if facts.torch_compile:
         lines += [line.split("  #")[0] for line in compile_setup(record, case, dropped).splitlines()]
-    if route == "triton":
-        lines += [f"triton: {dist_version('triton')}", "TRITON_INTERPRET=1"]
-    if route in IMPORT_ONLY:
-        lines += [f"torch-mlir: {dist_version('torch-mlir')}"]
+    lines += [f"{dist}: {dist_version(dist)}" for dist in facts.dists] + list(facts.settings)
     if harness_only(route):
         lines += [f"{k}: {v}" for k, v in _route_report(route).items()]
     text = "\n".join(lines) + "\n"

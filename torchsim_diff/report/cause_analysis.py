@@ -6,7 +6,8 @@ search for an earlier report.
 from __future__ import annotations
 
 from torchsim_diff.buckets.causes import Cause, searched
-from torchsim_diff.report.bundles import COMPILER_NAMES, expression
+from torchsim_diff.buckets.projects import route_facts
+from torchsim_diff.report.bundles import expression
 
 
 def analysis(cause: Cause, shown) -> str:
@@ -19,7 +20,7 @@ def analysis(cause: Cause, shown) -> str:
         parts.append(f"Fixed upstream{' in ' + cause.fixed_in if cause.fixed_in else ''}: {cause.upstream}")
 
     def where(entry) -> str:
-        compiler = COMPILER_NAMES.get((cause.project, entry.route), entry.route)
+        compiler = route_facts(entry.route).compiler.get(cause.project, entry.route)
         return f"`{expression(entry.case, entry.case.outputs)}` ({compiler})"
     seen = list(dict.fromkeys(where(e) for e in cause.entries if e is not shown))
     seen = [w for w in seen if shown is None or w != where(shown)]

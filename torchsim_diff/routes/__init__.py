@@ -1,7 +1,8 @@
 """Route registry: route name -> "module:Class", plus the `torchsim_diff.routes` entry points.
 
 Adding a route touches one new file in this folder and one line here (or, for a route
-living in another package, one entry point in that package's metadata).
+living in another package, one entry point in that package's metadata): how its bug reports
+speak of it is on its class (`base.ReportFacts`).
 """
 from __future__ import annotations
 

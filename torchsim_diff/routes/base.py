@@ -27,6 +27,52 @@ from torchsim_diff.results.kinds import Kind
 DEFAULT_TIMEOUT_S = 120.0
 
 
+@dataclasses.dataclass(frozen=True)
+class Project:
+    """An upstream project a bug is filed with: its repository, where a new issue is filed, and
+    the (bug, versions) sections of its issue template."""
+    name: str
+    repo: str
+    file_at: str
+    sections: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportFacts:
+    """What a bug report says of a route, so that report/ never keys on a route's name.
+
+    project: the upstream a failure on this route is filed with, unless its cause names another.
+    upstream: that project's tracker, where it is none of the built-in ones (buckets.projects).
+    compiler: upstream project -> how a report's title names the compiler on this route.
+    toolchain: what repro.py needs besides torch ("": nothing; None: torchsim-diff itself).
+    script: (import line before torch, the compiler's name) of a repro.py that runs the route
+        itself; None: repro.py runs the case through torchsim-diff's checker.
+    torch_compile: compiled by torch.compile with the campaign's settings (the settings a
+        bundle writes, the ones it tries without, CompilerBisector's ablation).
+    import_only: repro.py stops after the compiler's import stage (where the case cannot run
+        on the host).
+    plainest: rank among routes when a cause picks the case it shows (lower is plainer).
+    bisect: CompilerBisector can ablate its torch.compile run (no patches of torch around it).
+    dists: the distributions besides torch whose versions a report gives; settings: the
+        environment lines it gives with them.
+    """
+
+    project: str = "pytorch"
+    upstream: Project | None = None
+    compiler: dict = dataclasses.field(default_factory=dict)
+    toolchain: str | None = None
+    script: tuple | None = None
+    torch_compile: bool = False
+    import_only: bool = False
+    plainest: int = 100
+    bisect: bool = False
+    dists: tuple = ()
+    settings: tuple = ()
+
+    def compiler_name(self, project: str, route: str) -> str:
+        return self.compiler.get(project, f"{project} ({route})")
+
+
 class RouteFailure(Exception):
     """A route-detected failure with its kind and stage (e.g. Spike trap at stage 'run')."""
 
@@ -113,6 +159,8 @@ class Route:
             of the same graph and layouts.
         option_names: the route options it takes (``--route-option NAME.KEY=VALUE``); the
             command line refuses any other key before a worker starts (`check_options`).
+        report: what a bug report says of the route (ReportFacts): its upstream, how titles
+            name its compiler, what repro.py needs.
     """
 
     name: str = ""
@@ -121,6 +169,7 @@ class Route:
     python_env: str | None = None
     cacheable: bool = True
     option_names: tuple = ()
+    report: ReportFacts = ReportFacts()
 
     @classmethod
     def check_options(cls, options: dict) -> None:

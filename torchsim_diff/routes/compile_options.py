@@ -43,6 +43,7 @@ BOOLEANS = {"true": True, "false": False, "1": True, "0": False, True: True, Fal
 MODES = ("default", "max-autotune-no-cudagraphs", "max-autotune", "reduce-overhead")
 DEFAULTS = {"dynamic": False, "mode": "default", "emulate_precision_casts": True, "freezing": False,
             "simdlen": 256}
+TORCH_COMPILE = "torch.compile"     # the compiler's name in a bug report's repro.py
 HOST = "host"
 SIMDLENS = (256, 512, 0, HOST)
 MIXED = "mixed"

@@ -5,11 +5,12 @@ A self-check: it must never fail. A finding on this route is a bug in torchsim-d
 """
 from __future__ import annotations
 
-from torchsim_diff.routes.base import FunctionCompiled, Route
+from torchsim_diff.routes.base import FunctionCompiled, ReportFacts, Route
 
 
 class EagerRoute(Route):
     name = "eager"
+    report = ReportFacts(project="pytorch", toolchain="", script=("", "eager"))
     description = "eager PyTorch in the case dtype (self-check: must never fail)"
 
     def compile(self, program, example_inputs, ctx):

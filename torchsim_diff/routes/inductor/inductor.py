@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 from torchsim_diff.routes import compile_options
-from torchsim_diff.routes.base import FunctionCompiled, Route
+from torchsim_diff.routes.base import FunctionCompiled, ReportFacts, Route
 from torchsim_diff.routes.inductor.machine import share_precompiled_headers, share_vec_isa_checks
 
 
 class InductorRoute(Route):
     name = "inductor"
+    report = ReportFacts(project="pytorch", compiler={"pytorch": "torch.compile (Inductor CPU)"},
+                         toolchain="C++ compiler", script=("", compile_options.TORCH_COMPILE), torch_compile=True,
+                         plainest=0, bisect=True)
     description = "torch.compile(fullgraph; options dynamic, mode, freezing), Inductor C++ kernels on CPU"
     compile_settings = True         # takes routes/compile_options.py's settings
     option_names = tuple(compile_options.PARSERS)

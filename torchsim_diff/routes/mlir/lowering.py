@@ -25,7 +25,7 @@ import warnings
 import torch
 
 from torchsim_diff.results.kinds import Kind
-from torchsim_diff.routes.base import RouteFailure, Unsupported
+from torchsim_diff.routes.base import ReportFacts, RouteFailure, Unsupported
 
 ENTRY = "torchsim_kernel"
 
@@ -59,6 +59,13 @@ LINALG_TO_LLVM = ",".join([
 # (torch.operator named "torch.aten.X"): coverage, not a bug.
 _LEGALIZE_FAILURE = re.compile(r"failed to legalize operation '(torch\.aten\.[\w.]+)'"
                                r"|failed to legalize operation 'torch\.operator'.*?name = \"(torch\.aten\.[\w.]+)\"")
+
+# What a bug report says of the routes through torch-mlir (mlir, and spike after it): a case that
+# cannot run on the host stops after torch-mlir's import, where most of its bugs show.
+REPORT = ReportFacts(project="torch-mlir", toolchain="torch-mlir", script=("", "torch-mlir"), import_only=True,
+                     plainest=3, dists=("torch-mlir",),
+                     compiler={"torch-mlir": "fx.export_and_import (linalg-on-tensors)",
+                               "pytorch": "torch.export with torch-mlir's decompositions"})
 
 
 @dataclasses.dataclass(frozen=True)

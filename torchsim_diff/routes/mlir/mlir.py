@@ -57,6 +57,7 @@ class MlirJitCompiled(Compiled):
 
 class MlirJitRoute(Route):
     name = "mlir"
+    report = lowering.REPORT
     description = "torch-mlir FX import -> linalg-on-tensors -> LLVM, run by MLIR's ExecutionEngine on the host"
     boundary = ("inputs copied to contiguous buffers at the route boundary (strided access inside the "
                 "graph comes from view ops); mutated inputs written back into the caller's views")

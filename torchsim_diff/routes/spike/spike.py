@@ -383,6 +383,7 @@ class SpikeCompiled(Compiled):
 
 class SpikeRoute(Route):
     name = "spike"
+    report = dataclasses.replace(lowering.REPORT, compiler={**lowering.REPORT.compiler, "llvm": "[RISCV]"}, plainest=4)
     description = ("torch-mlir linalg -> LLVM IR -> clang-19 rv64gcv_zfh_zfbfmin (RVV, -O3) -> bare-metal ELF "
                    "(picolibc + HTIF) -> Spike; cost = kernel instructions retired")
     boundary = ("inputs copied to contiguous buffers and passed to the ELF as a file (strided access "

@@ -33,6 +33,7 @@ import time
 from torchsim_diff.routes import compile_options
 from torchsim_diff.routes.base import (
     Compiled,
+    ReportFacts,
     Route,
     RouteFailure,
     Unsupported,
@@ -261,6 +262,13 @@ class _TimedLauncher:
 
 class TritonInterpreterRoute(_TritonRouteBase):
     name = "triton"
+    report = ReportFacts(project="pytorch",
+                         compiler={"pytorch": "torch.compile (Inductor Triton kernels, TRITON_INTERPRET=1)",
+                                   "triton": "Interpreter (TRITON_INTERPRET=1)"},
+                         toolchain="triton", torch_compile=True, plainest=1, dists=("triton",),
+                         settings=("TRITON_INTERPRET=1",),
+                         script=("import triton_shims  # first: TRITON_INTERPRET=1, and Inductor's Triton kernels for "
+                                 "CPU tensors", compile_options.TORCH_COMPILE))
     description = "torch.compile, Inductor Triton kernels (templates for matmul) run by Triton's interpreter on CPU"
     boundary = "inputs passed as-is (exact strides, offsets and storages); kernels see them through the interpreter"
     executor = "interpreter"
@@ -280,6 +288,9 @@ class TritonInterpreterRoute(_TritonRouteBase):
 
 class TritonCudaRoute(_TritonRouteBase):
     name = "triton-cuda"
+    report = ReportFacts(project="pytorch", compiler={"pytorch": "torch.compile (Inductor Triton, CUDA)"},
+                         toolchain="CUDA GPU", script=("", compile_options.TORCH_COMPILE), torch_compile=True,
+                         plainest=2)
     description = "torch.compile, the same Inductor Triton kernels compiled by Triton for a CUDA GPU"
     boundary = ("each input's whole storage copied to the GPU and viewed with the same size/stride/offset; "
                 "outputs and every input storage copied back")

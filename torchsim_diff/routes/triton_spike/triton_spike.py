@@ -25,7 +25,7 @@ import importlib
 import tempfile
 
 from torchsim_diff.results.kinds import Kind
-from torchsim_diff.routes.base import RouteFailure, Unsupported
+from torchsim_diff.routes.base import ReportFacts, RouteFailure, Unsupported
 from torchsim_diff.routes.spike.spike import SpikeOptions
 from torchsim_diff.routes.triton.triton import TritonCompiled, TritonInterpreterRoute
 from torchsim_diff.routes.triton_spike import toolchain
@@ -39,6 +39,10 @@ DEFAULT_ISA = "rv64gcv_zfh_zfbfmin"
 
 class TritonSpikeRoute(TritonInterpreterRoute):
     name = "triton-spike"
+    report = ReportFacts(project="triton-adapter", plainest=5,
+                         compiler={"pytorch": "torch.compile (Inductor Triton kernels through triton-adapter-opt)",
+                                   "llvm": "mlir-opt (a Triton kernel's linalg lowered to LLVM)",
+                                   "triton-adapter": "triton-adapter-opt (Triton to linalg)"})
     description = ("Inductor's Triton kernels -> TTIR (triton, CUDA target) -> triton-adapter-opt -> linalg -> "
                    f"mlir-opt-19 -> clang-19 {DEFAULT_ISA} (default isa) -> Spike, launched by our own grid-walking "
                    "launcher; cost = instructions retired")
