@@ -47,11 +47,11 @@ def value_entries(causes, routes) -> list:
 def idle_special_variant(checker, case, route):
     """`case` with a special value on an element the failure does not need (None: none found)."""
     from torchsim_diff.case import layout
-    from torchsim_diff.triage import reduce
+    from torchsim_diff.triage import case_edits
     for k, spec in enumerate(case.inputs):
         if not spec["dtype"].startswith(("float", "bfloat")) or layout.is_overlapping(spec["shape"], spec["layout"]["strides"]):
             continue
-        view = reduce._materialize(case, k)
+        view = case_edits._materialize(case, k)
         for e in range(view.numel()):
             if not torch.isfinite(view.reshape(-1)[e]) or _set(case, k, view, e, ORDINARY) is None:
                 continue
@@ -65,16 +65,16 @@ def idle_special_variant(checker, case, route):
 
 
 def _set(case, k, view, e, value):
-    from torchsim_diff.triage import reduce
+    from torchsim_diff.triage import case_edits
     new = view.reshape(-1).clone()
     new[e] = value
-    variant = reduce._with_values(case, k, new.reshape(view.shape))
-    return variant if variant is not None and reduce._is_valid(variant) else None
+    variant = case_edits._with_values(case, k, new.reshape(view.shape))
+    return variant if variant is not None and case_edits._is_valid(variant) else None
 
 
 def consumer_variant(case, where: str):
     """`case` with its failing output (`where`: "output k") fed into add(out, out)."""
-    from torchsim_diff.triage import reduce
+    from torchsim_diff.triage import case_edits
     if not where.startswith("output "):
         return None
     k = int(where.split()[1])
@@ -82,8 +82,8 @@ def consumer_variant(case, where: str):
     ref = data["outputs"][k]
     data["nodes"].append({"id": "consumer", "op": "add", "args": [ref, ref], "attrs": {}})
     data["outputs"][k] = "consumer"
-    variant = reduce._candidate(data)
-    return variant if variant is not None and reduce._is_valid(variant) else None
+    variant = case_edits._candidate(data)
+    return variant if variant is not None and case_edits._is_valid(variant) else None
 
 
 def shape_variant(checker, case, route):
@@ -100,14 +100,14 @@ def shape_variant(checker, case, route):
 def _grown(case, size: int, bigger: int):
     """`case` with `size` made `bigger` in every input shape, index bound and size attribute."""
     from torchsim_diff.case import layout, values
-    from torchsim_diff.triage import reduce
+    from torchsim_diff.triage import case_edits, graph_passes
     data = case.to_dict()
     for k, spec in enumerate(data["inputs"]):
         shape = [bigger if s == size else s for s in spec["shape"]]
         if shape == spec["shape"]:
             continue
-        old = reduce._materialize(case, k)
-        data["inputs"][k] = new_spec = reduce._reshaped(spec, shape)
+        old = case_edits._materialize(case, k)
+        data["inputs"][k] = new_spec = graph_passes._reshaped(spec, shape)
         if layout.is_overlapping(shape, new_spec["layout"]["strides"]):
             return None          # an expanded input's values are not per element
         view = torch.full(shape, ORDINARY if old.dtype.is_floating_point else 0, dtype=old.dtype)
@@ -122,8 +122,8 @@ def _grown(case, size: int, bigger: int):
         for key in ("shape", "size", "normalized_shape", "repeats"):
             if isinstance(node["attrs"].get(key), list):
                 node["attrs"][key] = [bigger if s == size else s for s in node["attrs"][key]]
-    variant = reduce._candidate(data)
-    return variant if variant is not None and reduce._is_valid(variant) else None
+    variant = case_edits._candidate(data)
+    return variant if variant is not None and case_edits._is_valid(variant) else None
 
 
 def check_variants(out_dir: str, routes, *, names=None, budget_s: float = 60.0, timeout_s: float = 60.0,

@@ -50,17 +50,18 @@ def child(argv: list) -> int:
     """`torchsim-diff` with marks at the start of each reduction, the self-check and the closing
     output; writes the run's NEW buckets to KILL_BENCH_RESULT when it ends."""
     from torchsim_diff import cli
+    from torchsim_diff.cli import fuzz_command
     from torchsim_diff.triage import refine, self_check
     _mark_calls(refine.ReduceThenBucket, "_reduce_and_classify", "reduce", end="reduced")
     _mark_calls(self_check, "self_check_buckets", "self-check")
-    _mark_calls(cli, "_standing_of", "report", pause=float(os.environ.get("KILL_BENCH_REPORT_S", "0")))
+    _mark_calls(fuzz_command, "_standing_of", "report", pause=float(os.environ.get("KILL_BENCH_REPORT_S", "0")))
     results = {}
-    run_fuzz = cli._run_fuzz
+    run_fuzz = fuzz_command._run_fuzz
 
     def keeping(opts, args):
         results["result"] = result = run_fuzz(opts, args)
         return result
-    cli._run_fuzz = keeping
+    fuzz_command._run_fuzz = keeping
     status = cli.main(argv)
     if "result" in results:
         with open(os.environ["KILL_BENCH_RESULT"], "w", encoding="utf-8") as handle:

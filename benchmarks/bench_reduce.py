@@ -42,7 +42,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 from tests.route_doubles import DOUBLES  # noqa: E402
-from torchsim_diff.triage import reduce, refine  # noqa: E402
+from torchsim_diff.triage import case_edits, reduce, refine  # noqa: E402
 from torchsim_diff.case import layout  # noqa: E402
 from torchsim_diff.case.graph import Case  # noqa: E402
 from torchsim_diff.results.jsonl import read_records  # noqa: E402
@@ -76,14 +76,14 @@ def generated_cases(count: int) -> list:
 def _first_output_is_float(case: Case) -> bool:
     if not case.outputs:
         return False
-    result = reduce.meta_results(case)[case.outputs[0]]
+    result = case_edits.meta_results(case)[case.outputs[0]]
     return result.dtype.is_floating_point and result.numel() > 0
 
 
 def grown_case(case: Case) -> Case:
     """`case` with an unrelated input and side chain, and the abs of each output as an extra output."""
     data = case.to_dict()
-    metas = reduce.meta_results(case)
+    metas = case_edits.meta_results(case)
     data["inputs"].append({"name": "pad", "shape": [4, 6], "dtype": "float32", "domain": {"kind": "real"},
                            "layout": {"classes": ["contiguous"], "strides": [6, 1], "offset": 0,
                                       "storage_size": 24}, "mutated": False})

@@ -196,7 +196,7 @@ def test_what_the_closing_deadlines_do_not_reach_stays_as_found_and_says_why(tmp
     from torchsim_diff.run.checker import Checker
     from torchsim_diff.run.runner import CaseRunner
     from torchsim_diff.results.record import NOT_REACHED
-    from torchsim_diff.triage.refine import refine_verdicts
+    from torchsim_diff.triage.session_refinements import refine_verdicts
     from torchsim_diff.triage.self_check import OUT_OF_TIME, self_check_buckets
     case = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
     with Checker(out_dir=str(tmp_path)) as checker:
@@ -249,12 +249,12 @@ def test_a_reductions_time_never_runs_past_its_hard_limit():
 
 
 def test_the_closing_reductions_share_the_time_so_that_some_finish(monkeypatch):
-    from torchsim_diff.triage import refine
-    monkeypatch.setattr(refine.time, "time", lambda: 1000.0)
-    assert refine._part_of_time_left(1021.0, reductions_left=7) == 10.5     # half the time left, not 3 s each
-    assert refine._part_of_time_left(1120.0, reductions_left=4) == 30.0     # the even part, where it is more
-    assert refine._part_of_time_left(1100.0, reductions_left=20) == 15.0    # at most GOOD_REDUCE_S above it
-    assert refine._part_of_time_left(999.0, reductions_left=1) == 0.0
+    from torchsim_diff.triage import session_refinements
+    monkeypatch.setattr(session_refinements.time, "time", lambda: 1000.0)
+    assert session_refinements._part_of_time_left(1021.0, reductions_left=7) == 10.5     # half the time left, not 3 s each
+    assert session_refinements._part_of_time_left(1120.0, reductions_left=4) == 30.0     # the even part, where it is more
+    assert session_refinements._part_of_time_left(1100.0, reductions_left=20) == 15.0    # at most GOOD_REDUCE_S above it
+    assert session_refinements._part_of_time_left(999.0, reductions_left=1) == 0.0
 
 
 def test_a_hangs_self_check_that_cannot_end_by_the_deadline_is_not_begun():

@@ -7,7 +7,7 @@ from tests.conftest import make_case
 from torchsim_diff.results.record import Record
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.buckets import signatures
-from torchsim_diff.triage import reduce, refine
+from torchsim_diff.triage import case_edits, refine, trigger_ablations
 from torchsim_diff.buckets.corpus import cause_buckets
 
 
@@ -65,26 +65,26 @@ def test_a_record_is_known_only_by_its_own_reduced_cause():
 
 def test_value_ablations_name_the_special_values_a_case_holds():
     nan_inf = make_case([{"id": "v0", "op": "neg", "args": ["x0"], "attrs": {}}], [("x0", [4], [1], 0, 4, {})], ["v0"])
-    view = reduce._materialize(nan_inf, 0)
+    view = case_edits._materialize(nan_inf, 0)
     view[:] = float("nan")
     view[1] = float("inf")
     view[2] = 1e-40
-    case = reduce._with_values(nan_inf, 0, view)
-    found = {feature: variants for feature, variants in refine.value_ablations(case)}
+    case = case_edits._with_values(nan_inf, 0, view)
+    found = {feature: variants for feature, variants in trigger_ablations.value_ablations(case)}
     assert set(found) == {"nan", "inf", "subnormal"}
-    assert not refine._value_classes(reduce._materialize(found["nan"][0], 0)).get("nan")
+    assert not trigger_ablations._value_classes(case_edits._materialize(found["nan"][0], 0)).get("nan")
 
 
 def test_negative_values_and_attributes_are_ablated_keeping_magnitude_or_order():
     roll = make_case([{"id": "v0", "op": "roll", "args": ["x0"], "attrs": {"shifts": [-2], "dims": [0]}}],
                      [("x0", [3], [1], 0, 3, {})], ["v0"])
-    view = reduce._materialize(roll, 0)
+    view = case_edits._materialize(roll, 0)
     view[:] = torch.tensor([-4.0, 0.5, 2.0])
-    found = [(feature, variants) for feature, variants in refine.value_ablations(reduce._with_values(roll, 0, view))]
+    found = [(feature, variants) for feature, variants in trigger_ablations.value_ablations(case_edits._with_values(roll, 0, view))]
     assert [feature for feature, _ in found] == ["negative", "negative"]
     (magnitudes, shifted), (attrs,) = found[0][1], found[1][1]
-    assert reduce._materialize(magnitudes, 0).tolist() == [4.0, 0.5, 2.0]
-    assert reduce._materialize(shifted, 0).tolist() == [1.0, 5.5, 7.0]
+    assert case_edits._materialize(magnitudes, 0).tolist() == [4.0, 0.5, 2.0]
+    assert case_edits._materialize(shifted, 0).tolist() == [1.0, 5.5, 7.0]
     assert attrs.nodes[0]["attrs"]["shifts"] == [2]
 
 
@@ -93,14 +93,14 @@ def test_a_negative_dim_is_ablated_to_the_same_dim_counted_from_the_start_and_to
     # the sign's. Dim 2, the magnitude, is another reduction.
     total = make_case([{"id": "v0", "op": "sum", "args": ["x0"], "attrs": {"dim": [-2], "keepdim": False}}],
                       [("x0", [2, 8, 1], [8, 1, 1], 0, 16, {})], ["v0"])
-    found = dict(refine.value_ablations(total))
+    found = dict(trigger_ablations.value_ablations(total))
     assert sorted(c.nodes[0]["attrs"]["dim"] for c in found["negative"]) == [[1], [2]]
 
 
 def test_neutral_substitutes_replace_the_divergent_node_by_neutral_ops():
     case = make_case([{"id": "v0", "op": "fmod", "args": ["x0", "x1"], "attrs": {}}],
                      [("x0", [3], [1], 0, 3, {}), ("x1", [3], [1], 0, 3, {"domain": {"kind": "nonzero"}})], ["v0"])
-    ops = [[n["op"] for n in c.nodes] for c in refine.neutral_substitutes(case, case.nodes[0])]
+    ops = [[n["op"] for n in c.nodes] for c in trigger_ablations.neutral_substitutes(case, case.nodes[0])]
     assert ["neg"] in ops and ["add"] in ops and all(o != ["fmod"] for o in ops)
 
 

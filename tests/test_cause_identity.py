@@ -5,7 +5,7 @@ import torch
 from tests.conftest import make_case
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.buckets import signatures
-from torchsim_diff.triage import reduce, refine
+from torchsim_diff.triage import case_edits, reduce, refine, trigger_ablations
 from torchsim_diff.delta import needed_parts
 
 TWO_BUGS = "double-two-value-bugs"     # floor_divide truncates; relu(NaN) is 0
@@ -28,21 +28,21 @@ def _case_with(values_per_input, nodes, outputs):
     inputs = [(f"x{k}", [len(v)], [1], 0, len(v), {}) for k, v in enumerate(values_per_input)]
     case = make_case(nodes, inputs, outputs)
     for k, v in enumerate(values_per_input):
-        case = reduce._with_values(case, k, torch.tensor(v, dtype=torch.float32))
+        case = case_edits._with_values(case, k, torch.tensor(v, dtype=torch.float32))
     return case
 
 
 def test_special_elements_the_failure_does_not_need_are_made_ordinary():
     nan, inf = float("nan"), float("inf")
     case = _case_with([[nan, 2.0, inf, 1e-40], [-inf, 1e-41, 3.0, 4.0]], [{"id": "v0", "op": "add", "args": ["x0", "x1"], "attrs": {}}], ["v0"])
-    assert {c for _k, _e, c in refine.special_elements(case)} == {"nan", "inf", "subnormal"}
+    assert {c for _k, _e, c in trigger_ablations.special_elements(case)} == {"nan", "inf", "subnormal"}
 
     def fails(candidate):       # a failure that needs the -inf of x1 and nothing else
-        return bool(torch.isneginf(reduce._materialize(candidate, 1)).any())
+        return bool(torch.isneginf(case_edits._materialize(candidate, 1)).any())
 
-    kept = refine.needed_specials(case, fails)
-    assert refine.special_elements(kept) == [(1, 0, "inf")]
-    x0 = reduce._materialize(kept, 0)
+    kept = trigger_ablations.needed_specials(case, fails)
+    assert trigger_ablations.special_elements(kept) == [(1, 0, "inf")]
+    x0 = case_edits._materialize(kept, 0)
     assert torch.isfinite(x0).all() and x0[1] == 2.0 and (x0.abs() >= torch.finfo(torch.float32).tiny).all()
 
 
@@ -50,11 +50,11 @@ def test_an_element_is_idle_when_either_ordinary_value_keeps_the_failure():
     case = _case_with([[1e-40], [float("-inf")]], [{"id": "v0", "op": "add", "args": ["x0", "x1"], "attrs": {}}], ["v0"])
 
     def fails(candidate):       # 1.0 (the first ordinary value) happens to pass, 0.5 fails
-        return bool(torch.isinf(reduce._materialize(candidate, 1)).any()) and reduce._materialize(candidate, 0)[0] != 1.0
+        return bool(torch.isinf(case_edits._materialize(candidate, 1)).any()) and case_edits._materialize(candidate, 0)[0] != 1.0
 
-    kept = refine.needed_specials(case, fails)
-    assert [c for _k, _e, c in refine.special_elements(kept)] == ["inf"]
-    assert reduce._materialize(kept, 0).tolist() == [0.5]
+    kept = trigger_ablations.needed_specials(case, fails)
+    assert [c for _k, _e, c in trigger_ablations.special_elements(kept)] == ["inf"]
+    assert case_edits._materialize(kept, 0).tolist() == [0.5]
 
 
 def _refined(checker, case, route=TWO_BUGS):

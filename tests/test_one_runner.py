@@ -10,7 +10,7 @@ from torchsim_diff.campaign.fuzz import CampaignOptions
 from torchsim_diff.generate.draws import first_cases
 from torchsim_diff.generate.strategies import cases
 from torchsim_diff.results.jsonl import find_results, read_records
-from torchsim_diff.triage.refine import apply_refinements
+from torchsim_diff.triage.session_refinements import apply_refinements
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 pytest_plugins = ["pytester"]
@@ -96,6 +96,6 @@ def _differences(records: list, expected: list) -> list:
 def test_the_front_ends_hold_no_route_run_of_their_own():
     """Running a case is the runner's: no front end calls the checker or the reducer itself."""
     here = os.path.dirname(fuzz.__file__)
-    for name in ("fuzz.py", "pytest_plugin.py", "ray_cluster.py"):
+    for name in ("fuzz.py", "pytest_plugin.py", "pytest_worker.py", "pytest_controller.py", "ray_cluster.py"):
         text = open(os.path.join(here, name)).read()
         assert "checker.check(" not in text and ".refine(" not in text and "for_verdict(" not in text, name

@@ -203,7 +203,7 @@ def test_progress_asked_for_comes_in_whole_lines_between_pytests_own(suite):
 def test_progress_lines_are_flushed_as_they_are_written():
     """To a log file or a pipe stdout is block-buffered: unflushed, a 10-minute run's blocks came
     in 9 bursts, up to 69 s apart."""
-    from torchsim_diff.campaign.pytest_plugin import _flushed_lines
+    from torchsim_diff.campaign.pytest_controller import _flushed_lines
     calls = []
 
     class Reporter:

@@ -9,7 +9,7 @@ from tests.conftest import make_case
 from torchsim_diff.case import layout
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.buckets import signatures
-from torchsim_diff.triage import reduce, refine
+from torchsim_diff.triage import case_edits, graph_passes, reduce, refine, session_refinements, trigger_ablations, value_passes
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.routes.base import Compiled, Route
@@ -137,7 +137,7 @@ def test_a_hang_is_given_two_timeouts_of_budget_and_reuses_only_the_reduction_of
 
 def test_cut_input_keeps_consumer_domain():
     case = _padded_case()
-    cuts = [c for c in reduce._cut_nodes(case)]
+    cuts = [c for c in graph_passes._cut_nodes(case)]
     # Cutting sigmoid (v3) leaves log reading a new input: it must hold positive values.
     cut_v3 = [c for c in cuts if not any(n["id"] == "v3" for n in c.nodes)]
     assert cut_v3
@@ -151,8 +151,8 @@ def test_invalid_candidates_are_rejected():
     data["inputs"][1]["shape"] = [4, 6]          # x0.t() + x1 no longer broadcasts
     data["inputs"][1]["layout"]["strides"] = [6, 1]
     bad = type(case).from_dict(data)
-    assert not reduce._is_valid(bad)
-    assert reduce._is_valid(case)
+    assert not case_edits._is_valid(bad)
+    assert case_edits._is_valid(case)
 
 
 def test_a_candidate_with_more_unique_indices_than_their_range_is_rejected():
@@ -163,23 +163,23 @@ def test_a_candidate_with_more_unique_indices_than_their_range_is_rejected():
                      [("x0", [2, 2, 1], [2, 1, 1], 0, 4, {"mutated": True}),
                       ("x1", [2], [1], 0, 2, {"dtype": "int64", "domain": {"kind": "unique_index", "high": 2, "dim": 0}}),
                       ("x2", [2, 2, 1], [2, 1, 1], 0, 4, {})], ["v0"])
-    assert reduce._is_valid(case)
+    assert case_edits._is_valid(case)
     data = case.to_dict()
     data["inputs"][0]["shape"], data["inputs"][0]["layout"]["storage_size"] = [1, 2, 1], 2
     data["inputs"][1]["domain"]["high"] = 1
-    assert not reduce._is_valid(type(case).from_dict(data))
+    assert not case_edits._is_valid(type(case).from_dict(data))
 
 
 def test_a_special_value_is_ablated_to_a_value_its_neighbours_do_not_hold():
     """A subnormal among ones made 1.0 would hide a roll that moved it: the value it takes
     must be new to the view, and inside every value domain."""
     view = torch.tensor([1.0, 1.0, 1e-40, 0.5])
-    (without,) = refine._without("subnormal", view == 1e-40, view)
+    (without,) = trigger_ablations._without("subnormal", view == 1e-40, view)
     replaced = without[2].item()
     assert replaced not in (1.0, 0.5) and 0.5 <= replaced <= 1.0
     assert without[[0, 1, 3]].tolist() == [1.0, 1.0, 0.5]
-    (plain,) = refine._without("nan", torch.tensor([float("nan"), 2.0]).isnan(), torch.tensor([float("nan"), 2.0]))
-    assert plain.tolist() == [refine.PLAIN_VALUE, 2.0]
+    (plain,) = trigger_ablations._without("nan", torch.tensor([float("nan"), 2.0]).isnan(), torch.tensor([float("nan"), 2.0]))
+    assert plain.tolist() == [trigger_ablations.PLAIN_VALUE, 2.0]
 
 
 def test_passing_case_is_refused(double_routes, tmp_path):
@@ -205,7 +205,7 @@ def test_tidy_drops_dead_nodes_and_unused_inputs_and_renumbers():
     data["nodes"] = data["nodes"][:5]               # no in-place write: x2 and mul are dead
     data["outputs"] = ["v4"]
     data["nodes"][4]["args"] = ["v2"]              # sigmoid v3 is now dead too (log of tanh)
-    tidy = reduce._tidy(type(case).from_dict(data))
+    tidy = case_edits._tidy(type(case).from_dict(data))
     assert [n["id"] for n in tidy.nodes] == ["v0", "v1", "v2", "v3"]
     assert [i["name"] for i in tidy.inputs] == ["x0", "x1"]
     assert tidy.outputs == ["v3"] and tidy.nodes[-1]["op"] == "log"
@@ -213,21 +213,21 @@ def test_tidy_drops_dead_nodes_and_unused_inputs_and_renumbers():
 
 def test_layout_simplification_keeps_explicit_values():
     case = _padded_case()
-    with_data = reduce._with_values(case, 0, torch.arange(30.0).reshape(6, 5))
-    candidates = list(reduce._simplify_layouts(with_data))
+    with_data = case_edits._with_values(case, 0, torch.arange(30.0).reshape(6, 5))
+    candidates = list(graph_passes._simplify_layouts(with_data))
     contiguous = candidates[0]
     assert contiguous.inputs[0]["layout"]["strides"] == [5, 1]
     assert contiguous.inputs[0]["layout"]["classes"] == ["contiguous"]
-    assert torch.equal(reduce._materialize(contiguous, 0), reduce._materialize(with_data, 0))
+    assert torch.equal(case_edits._materialize(contiguous, 0), case_edits._materialize(with_data, 0))
 
 
 def test_layout_simplification_of_a_pinned_aliasing_input_keeps_its_values():
     case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [3, 4], [0, 1], 2, 8, {"classes": ["broadcast", "offset"]})], outputs=["v0"], seed=5)
     pinned = reduce._pinned(case)
-    candidates = [c for c in reduce._simplify_layouts(pinned) if c is not None]   # a stride-0 copy_ used to raise
+    candidates = [c for c in graph_passes._simplify_layouts(pinned) if c is not None]   # a stride-0 copy_ used to raise
     assert [c.inputs[0]["layout"]["strides"] for c in candidates] == [[4, 1], [0, 1], [0, 1]]
-    assert all(torch.equal(reduce._materialize(c, 0), reduce._materialize(case, 0)) for c in candidates)
+    assert all(torch.equal(case_edits._materialize(c, 0), case_edits._materialize(case, 0)) for c in candidates)
 
 
 def test_eager_runner_used_by_these_tests_detects_invalid_cases():
@@ -240,7 +240,7 @@ def test_eager_runner_used_by_these_tests_detects_invalid_cases():
 
 def test_dimension_shrinking_filters_out_candidates_eager_rejects():
     case = _padded_case()
-    raw = list(reduce._shrink_dims(case))
+    raw = list(graph_passes._shrink_dims(case))
     kept = [c for _, c in reduce._valid_candidates(iter(raw), case)]
     assert any(not _runs_in_eager(c) for c in raw)       # x1 alone shrunk no longer broadcasts
     assert kept and all(_runs_in_eager(c) for c in kept)
@@ -252,7 +252,7 @@ def test_dropping_a_whole_input_write_rewires_its_readers_to_the_input():
                             {"id": "v1", "op": "relu", "args": ["v0"], "attrs": {}}],
                      inputs=[("x0", [2, 3], [3, 1], 0, 6, {"mutated": True, "classes": ["inout"]}),
                              ("x1", [2, 3], [3, 1], 0, 6, {})], outputs=["v1"])
-    dropped = [reduce._tidy(c) for c in reduce._drop_nodes(case)]
+    dropped = [case_edits._tidy(c) for c in graph_passes._drop_nodes(case)]
     assert [n["op"] for n in dropped[0].nodes] == ["relu"]
     assert dropped[0].nodes[0]["args"] == ["x0"] and len(dropped[0].inputs) == 1
 
@@ -260,9 +260,9 @@ def test_dropping_a_whole_input_write_rewires_its_readers_to_the_input():
 def test_value_simplification_of_an_aliasing_input_writes_its_storage_elements():
     case = make_case(nodes=[{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [3, 4], [0, 1], 0, 4, {"classes": ["broadcast"]})], outputs=["v0"], seed=5)
-    candidates = [c for c in reduce._simplify_values(case) if c is not None]   # used to raise on the stride-0 view
+    candidates = [c for c in value_passes._simplify_values(case) if c is not None]   # used to raise on the stride-0 view
     assert candidates and all(c.inputs[0]["layout"] == case.inputs[0]["layout"] for c in candidates)
-    constant = reduce._materialize(next(c for c in candidates if "data" in c.inputs[0]), 0)
+    constant = case_edits._materialize(next(c for c in candidates if "data" in c.inputs[0]), 0)
     assert constant.stride() == (0, 1) and torch.equal(constant, torch.zeros(3, 4))
 
 
@@ -300,15 +300,15 @@ def _noisy_log_div_case():
     case = make_case(nodes, [("x0", [4], [1], 0, 4, {"domain": {"kind": "positive"}}),
                              ("x1", [4], [1], 0, 4, {"domain": {"kind": "nonzero"}})], ["v1"], seed=3)
     noisy = torch.tensor([3.8147e-06, 71.2, 0.3, 1.7])
-    return reduce._with_values(reduce._with_values(case, 0, noisy), 1, -noisy)
+    return case_edits._with_values(case_edits._with_values(case, 0, noisy), 1, -noisy)
 
 
 def test_simpler_values_stay_in_the_domains_their_readers_need():
-    candidates = [c for c in reduce._simplify_values(_noisy_log_div_case()) if c is not None]
+    candidates = [c for c in value_passes._simplify_values(_noisy_log_div_case()) if c is not None]
     assert len(candidates) > 20
-    x0s = [reduce._materialize(c, 0) for c in candidates]
+    x0s = [case_edits._materialize(c, 0) for c in candidates]
     assert all((x > 0).all() for x in x0s)
-    assert all((reduce._materialize(c, 1) != 0).all() for c in candidates)
+    assert all((case_edits._materialize(c, 1) != 0).all() for c in candidates)
     offered = {tuple(x.tolist()) for x in x0s}
     assert {(1.0, 1.0, 1.0, 1.0), (1.0, 4.0, 1.0, 2.0), (1.0, 71.0, 1.0, 2.0)} <= offered
 
@@ -329,11 +329,11 @@ def test_pinned_values_keep_every_bit_and_the_special_flag_says_whether_they_hol
     assert all("data" in spec for spec in settled.inputs) and settled.values["special"] is True
     for before, after in zip(views, layout.materialize_all(settled.to_dict())):
         assert torch.equal(_bits(before), _bits(after))
-    finite = reduce._with_values(drawn, 0, torch.ones(8, 8))
-    storage, covered = reduce._storage_and_cover(finite, 1)             # x1's one storage element
-    finite = reduce._with_covered(finite, 1, storage, covered, torch.tensor([2.0]))
+    finite = case_edits._with_values(drawn, 0, torch.ones(8, 8))
+    storage, covered = case_edits._storage_and_cover(finite, 1)             # x1's one storage element
+    finite = case_edits._with_covered(finite, 1, storage, covered, torch.tensor([2.0]))
     assert finite.values["special"] is True and reduce._settled(finite).values["special"] is False
-    with_nan = reduce._with_values(_noisy_log_div_case(), 1, torch.tensor([1.0, float("nan"), 1.0, 1.0]))
+    with_nan = case_edits._with_values(_noisy_log_div_case(), 1, torch.tensor([1.0, float("nan"), 1.0, 1.0]))
     assert with_nan.values.get("special") is None and reduce._settled(with_nan).values["special"] is True
 
 
@@ -366,8 +366,8 @@ def test_values_shrink_to_zeros_and_the_one_nan_the_failure_needs(nan_route, tmp
                       {"id": "v1", "op": "relu", "args": ["v0"], "attrs": {}}],
                      [("x0", [2, 3], [3, 1], 0, 6, {}), ("x1", [2, 3], [3, 1], 0, 6, {})], ["v1"])
     nan, inf = float("nan"), float("inf")
-    case = reduce._with_values(case, 0, torch.tensor([[3.8147e-06, nan, -71.2], [inf, 0.3, nan]]))
-    case = reduce._with_values(case, 1, torch.tensor([[1.25, -0.7, 5.5], [nan, 2.0, -3.1]]))
+    case = case_edits._with_values(case, 0, torch.tensor([[3.8147e-06, nan, -71.2], [inf, 0.3, nan]]))
+    case = case_edits._with_values(case, 1, torch.tensor([[1.25, -0.7, 5.5], [nan, 2.0, -3.1]]))
     result = reduce.reduce_case(case, nan_route, out_dir=str(tmp_path), jobs=1)
     floats = torch.cat([v.reshape(-1) for v in layout.materialize_all(result.reduced.to_dict())])
     assert int(torch.isnan(floats).sum()) == 1, result.reduced.to_json()
@@ -473,14 +473,14 @@ def test_two_layout_bugs_ending_in_one_index_error_keep_two_buckets(zoo_routes, 
 
 def test_session_end_refinements_replace_the_buckets_of_their_records(tmp_path):
     import json
-    (tmp_path / f"{refine.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(
+    (tmp_path / f"{session_refinements.REFINED_PREFIX}gw0.jsonl").write_text(json.dumps(
         {"case_id": "c1", "route": "triton", "bucket": "new", "raw_bucket": "old", "first_op": "add",
          "trigger": ["strided"]}) + "\n")
     from torchsim_diff.results.record import Record
     records = [Record(case_id="c1", route="triton", status="fail", bucket="old"),
                Record(case_id="c1", route="inductor", status="fail", bucket="other"),
                Record(case_id="c2", route="triton", status="pass", bucket=None)]
-    out = refine.apply_refinements(records, str(tmp_path))
+    out = session_refinements.apply_refinements(records, str(tmp_path))
     assert [r.bucket for r in out] == ["new", "other", None]
     assert out[0].trigger == ["strided"] and out[0].raw_bucket == "old" and out[0].first_op == "add"
 

@@ -93,7 +93,7 @@ def test_exit_statuses_are_documented_in_help(capsys, argv):
     ([], 100),
 ])
 def test_budget_alone_lifts_the_case_count(argv, expected):
-    from torchsim_diff.cli import UNBOUNDED_EXAMPLES, _max_examples
+    from torchsim_diff.cli.fuzz_command import UNBOUNDED_EXAMPLES, _max_examples
     args = build_parser().parse_args(["fuzz", *argv])
     assert _max_examples(args) == (UNBOUNDED_EXAMPLES if expected == "unbounded" else expected)
 

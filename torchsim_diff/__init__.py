@@ -19,7 +19,7 @@ this map; `python benchmarks/import_figures.py` prints the figures):
     report                                 tables, the HTML page, reproducer bundles
     triage                                 after a failure: reduce it, refine its cause, self-check it
     campaign                               front ends: the CLI's campaigns, pytest, Ray
-    cli __main__                           the command line
+    cli __main__                           the command line: cli/ holds a module per subcommand family
 """
 
 __version__ = "0.1.0"

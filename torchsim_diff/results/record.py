@@ -416,7 +416,7 @@ _REFINEMENT_KEY = ("case_id", "route")
 
 
 def refinement_line(case_id: str, route: str, bucket: str | None, fields: dict) -> dict:
-    """A line of a pytest process's refined-*.jsonl (triage.refine.refine_verdicts): which
+    """A line of a pytest process's refined-*.jsonl (triage.session_refinements.refine_verdicts): which
     record (case id, route), its bucket once reduced, and the record fields the reduction sets."""
     return {"case_id": case_id, "route": route, "bucket": bucket, **fields}
 

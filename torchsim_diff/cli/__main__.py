@@ -1,0 +1,5 @@
+import sys
+
+from torchsim_diff.cli import main
+
+sys.exit(main())
