@@ -9,11 +9,12 @@ from torchsim_diff.run.checker import Checker
 from torchsim_diff.buckets import signatures
 from torchsim_diff.triage import case_edits, refine, trigger_ablations
 from torchsim_diff.buckets.corpus import cause_buckets
+from torchsim_diff.judge.comparison import Where
 
 
 # -- signatures --------------------------------------------------------------------------------
 def test_a_cause_signature_always_ends_in_its_trigger_so_no_raw_bucket_is_one():
-    raw = signatures.signature("triton", "wrong_values", "", "argmax", "output 0")
+    raw = signatures.signature("triton", "wrong_values", "", "argmax", Where.output(0))
     cause = signatures.refined_signature("triton", "wrong_values", "argmax", [])
     assert cause.endswith("|any") and raw.endswith("|output") and raw != cause
     error = signatures.signature("mlir", "compile_error", "LoweringException: exp")

@@ -2,6 +2,7 @@
 import pytest
 
 from torchsim_diff.buckets.signatures import bucket_of, finding_type, normalise, signature, unwrap_nested
+from torchsim_diff.judge.comparison import Where
 
 SAME_BUG = [
     ("torch-mlir import failed: failed to legalize operation 'torch.constant.bool': "
@@ -40,11 +41,11 @@ def test_different_bugs_different_buckets(a, b):
 
 
 def test_value_failures_bucket_by_route_kind_op_and_place():
-    base = signature("triton", "wrong_values", "output 0: 3 / 9 differ at (0, 1)", "softmax", "output 0")
-    assert base == signature("triton", "wrong_values", "output 2: 7 / 99 differ", "softmax", "output 2")
-    assert base != signature("triton", "wrong_values", "", "softmax", "input x0")
-    assert base != signature("inductor", "wrong_values", "", "softmax", "output 0")
-    assert base != signature("triton", "nonfinite_mismatch", "", "softmax", "output 0")
+    base = signature("triton", "wrong_values", "output 0: 3 / 9 differ at (0, 1)", "softmax", Where.output(0))
+    assert base == signature("triton", "wrong_values", "output 2: 7 / 99 differ", "softmax", Where.output(2))
+    assert base != signature("triton", "wrong_values", "", "softmax", Where.input("x0"))
+    assert base != signature("inductor", "wrong_values", "", "softmax", Where.output(0))
+    assert base != signature("triton", "nonfinite_mismatch", "", "softmax", Where.output(0))
 
 
 def test_each_bucket_raises_its_own_exception_type():
@@ -74,8 +75,8 @@ def _verdict(**fields):
 
 def test_reduction_key_keeps_route_kind_and_place_but_not_the_op():
     from torchsim_diff.buckets.signatures import reduction_key
-    assert reduction_key(_verdict(op="exp", where="output 0")) == reduction_key(_verdict(op="sin", where="output 2"))
-    assert reduction_key(_verdict(where="output 0")) != reduction_key(_verdict(where="input x1"))
+    assert reduction_key(_verdict(op="exp", where=Where.output(0))) == reduction_key(_verdict(op="sin", where=Where.output(2)))
+    assert reduction_key(_verdict(where=Where.output(0))) != reduction_key(_verdict(where=Where.input("x1")))
     # a NaN where the truth is finite may reduce to the wrong value behind it
     assert reduction_key(_verdict(kind="nonfinite_mismatch")) == reduction_key(_verdict(kind="wrong_values"))
     assert reduction_key(_verdict(kind="shape_mismatch")) != reduction_key(_verdict(kind="wrong_values"))
@@ -92,7 +93,7 @@ def test_refined_signature_is_route_kind_first_op_and_trigger():
     assert refined_signature("triton", "wrong_values", "index_add_", ["inout"]) == \
         refined_signature("triton", "wrong_values", "add_", ["inout"])
     assert refined_signature("triton", "wrong_values", "mul", []) != refined_signature("triton", "wrong_values", "add", [])
-    verdict = _verdict(op="exp", where="output 0")
+    verdict = _verdict(op="exp", where=Where.output(0))
     verdict.refined = refined_signature("triton", "wrong_values", "sin", ["strided"])
     assert verdict.signature == verdict.refined and verdict.bucket == bucket_of(verdict.refined)
 
@@ -103,9 +104,9 @@ def test_intermediates_as_outputs_names_the_first_divergent_node():
     wide, refs = intermediates_as_outputs(verdict.case)
     assert refs == ["v0", "v2"] and wide.outputs == refs          # the in-place node stays an effect
     assert [n["id"] for n in wide.nodes] == ["v0", "v1", "v2"]
-    assert first_divergent_node(wide, _verdict(where="output 1"), refs)["op"] == "exp"
-    assert first_divergent_node(wide, _verdict(where="output 0"), refs)["op"] == "sin"
-    assert first_divergent_node(wide, _verdict(where="input x1"), refs) is None
+    assert first_divergent_node(wide, _verdict(where=Where.output(1)), refs)["op"] == "exp"
+    assert first_divergent_node(wide, _verdict(where=Where.output(0)), refs)["op"] == "sin"
+    assert first_divergent_node(wide, _verdict(where=Where.input("x1")), refs) is None
 
 
 def test_buckets_rank_distinct_first():

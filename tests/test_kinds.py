@@ -14,6 +14,7 @@ import pytest
 from torchsim_diff.results import kinds
 from torchsim_diff.results.kinds import FACTS, Kind, Status
 from torchsim_diff.results.record import Record
+from torchsim_diff.judge.comparison import Where
 
 Y, N = True, False
 #                                    is_bug fails_run reducible value_failure no_values localised
@@ -154,7 +155,7 @@ def _in_wording(text: str, rel: str, lineno: int) -> bool:
 def test_signatures_follow_value_failure_and_reduces_as():
     from torchsim_diff.buckets.signatures import record_signature, signature
     for kind in Kind:
-        text = signature("r", kind, "boom 12", op="add", where="output 0")
+        text = signature("r", kind, "boom 12", op="add", where=Where.output(0))
         assert (text == f"r|{kind.value}|add|output") is kind.value_failure, text
         record = Record(route="r", kind=kind.value, op="add", message="boom")
         assert record_signature(record).endswith("|add|any") is kind.value_failure
@@ -167,11 +168,11 @@ def test_reduction_key_keeps_the_kind_the_reducer_keeps():
     case = make_case(nodes=[{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}],
                      inputs=[("x0", [3], [1], 0, 3, {})], outputs=["v0"])
     for kind in Kind:
-        key = reduction_key(Verdict(case, "r", Status.FAIL, kind, "compare", "boom", "exp", "output 0"))
+        key = reduction_key(Verdict(case, "r", Status.FAIL, kind, "compare", "boom", "exp", Where.output(0)))
         if kind.value_failure:
             assert key == f"r|{kind.reduces_as.value}|output"
         else:
-            assert key == Verdict(case, "r", Status.FAIL, kind, "compare", "boom", "exp", "output 0").signature
+            assert key == Verdict(case, "r", Status.FAIL, kind, "compare", "boom", "exp", Where.output(0)).signature
 
 
 def test_a_failing_reply_is_recorded_as_its_kind_says():

@@ -5,12 +5,13 @@ import pytest
 import torch
 
 from torchsim_diff.judge import comparison, oracle
+from torchsim_diff.judge.comparison import Where
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.case.program_check import load_program
 
 
 def _compare(got, want, truth):
-    return oracle.compare_values(got, want, truth, "output 0")
+    return oracle.compare_values(got, want, truth, Where.output(0))
 
 
 def test_fp16_reduction_with_large_eager_error_passes():

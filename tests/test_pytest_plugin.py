@@ -13,6 +13,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 SUITE = '''
 from hypothesis import given, seed
 from torchsim_diff.generate.strategies import cases
+from torchsim_diff.judge.comparison import Where
 
 def test_fuzz(torchsim_session, fuzz_route):
     torchsim_session.require(fuzz_route)
@@ -199,8 +200,8 @@ def test_known_bucket_is_recorded_not_raised(suite, tmp_path):
     from torchsim_diff.buckets.signatures import ANY_OP, bucket_of, refined_signature, signature
     known = tmp_path / "known"
     known.mkdir()
-    bucket = bucket_of(signature("double-wrong-element", "wrong_values", "", "relu", "output 0"))
-    bucket_add = bucket_of(signature("double-wrong-element", "wrong_values", "", "add", "output 0"))
+    bucket = bucket_of(signature("double-wrong-element", "wrong_values", "", "relu", Where.output(0)))
+    bucket_add = bucket_of(signature("double-wrong-element", "wrong_values", "", "add", Where.output(0)))
     # matched by the cause of each failure's own minimal case: every output is wrong, whatever the op
     cause = refined_signature("double-wrong-element", "wrong_values", ANY_OP, [])
     for b in (bucket, bucket_add):

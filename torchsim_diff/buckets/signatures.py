@@ -81,10 +81,11 @@ def unwrap_nested(line: str) -> str:
     return head + sep + expr
 
 
-def signature(route: str, kind: Kind | str, message: str, op: str | None = None, where: str | None = None) -> str:
+def signature(route: str, kind: Kind | str, message: str, op: str | None = None, where=None) -> str:
+    """where: the judge's Where (None: not a value failure's)."""
     kind = Kind(kind)
     if kind.value_failure:
-        place = "output" if where and where.startswith("output") else "input"
+        place = "output" if where is not None and where.place == "output" else "input"
         return f"{route}|{kind.value}|{op or '?'}|{place}"
     return f"{route}|{kind.value}|{normalise(message)}"
 
@@ -117,7 +118,7 @@ def reduction_key(verdict) -> str | None:
         return None
     kind = Kind(verdict.kind)
     if kind.value_failure:
-        place = "output" if (verdict.where or "").startswith("output") else "input"
+        place = "output" if verdict.where is not None and verdict.where.place == "output" else "input"
         return f"{verdict.route}|{kind.reduces_as.value}|{place}"
     return verdict.signature
 

@@ -22,8 +22,8 @@ def intermediates_as_outputs(case):
 def first_divergent_node(case, verdict_on_intermediates, refs) -> dict | None:
     """The node of `case` whose value diverges first, from the verdict of the
     intermediates_as_outputs case (None when that verdict names no output)."""
-    where = verdict_on_intermediates.where or ""
-    if not verdict_on_intermediates.failed or not where.startswith("output "):
+    where = verdict_on_intermediates.where
+    if not verdict_on_intermediates.failed or where is None or where.place != "output":
         return None
-    ref = refs[int(where.split()[1])]
+    ref = refs[where.key]
     return next(n for n in case.nodes if n["id"] == ref)

@@ -3,7 +3,7 @@ float64 truth and eager, and the mismatch message.
 
 It takes the allowances of rounding_rules and carried_rounding.
 
-    found, stats = compare(route_out, eager_out, truth_out, where="output 0",
+    found, stats = compare(route_out, eager_out, truth_out, where=Where.output(0),
                            carried=allowance.outputs[0], sensitivity=allowance.sensitivity[0],
                            unstable=allowance.unstable[0], overflow=allowance.overflow[0])
     if found: print(found.message); found.kind   # "wrong_values", "nonfinite_mismatch", ...
@@ -43,6 +43,27 @@ FEW_ELEMENTS_FACTOR = 2.0      # so the margin doubles (a 2.5x unlucky product i
 MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7, torch.float32: 23, torch.float64: 52}
 
 
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """Where a failure is seen: output `key` of the program (its position), input `key` (its
+    name: the storage an in-place op wrote), or a lone node. Only messages render it, as
+    "output 0" or "input x1"; code reads `place` and `key`."""
+
+    place: str
+    key: int | str | None = None
+
+    @classmethod
+    def output(cls, position: int) -> "Where":
+        return cls("output", position)
+
+    @classmethod
+    def input(cls, name: str) -> "Where":
+        return cls("input", name)
+
+    def __str__(self) -> str:
+        return self.place if self.key is None else f"{self.place} {self.key}"
+
+
 @dataclasses.dataclass
 class Mismatch:
     """Why a result is wrong: `kind` is one of the failure kinds' names (a case's verdict holds
@@ -50,7 +71,7 @@ class Mismatch:
     it, where the caller knows the graph (the oracle does; a tensor alone does not)."""
 
     kind: str
-    where: str
+    where: Where
     message: str
     op: str | None = None
 
@@ -135,7 +156,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 # -- the comparison ---------------------------------------------------------------------------
 
-def compare(got, eager, truth, *, where: str = "output 0", carried=None, sensitivity=None, unstable=None,
+def compare(got, eager, truth, *, where: Where = Where.output(0), carried=None, sensitivity=None, unstable=None,
             overflow=None):
     """(Mismatch or None, Stats) for `got` against `eager` (case dtype) and float64 `truth`.
 

@@ -93,7 +93,7 @@ def node_stats(expression: str, inputs: dict, got: torch.Tensor) -> comparison.S
     if not all(isinstance(t, torch.Tensor) for t in (eager, truth)) or eager.shape != got.shape \
             or eager.dtype != got.dtype:
         return None
-    _mismatch, stats = comparison.compare(got, eager.detach(), truth.detach(), where="node")
+    _mismatch, stats = comparison.compare(got, eager.detach(), truth.detach(), where=comparison.Where("node"))
     return stats
 
 

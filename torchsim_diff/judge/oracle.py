@@ -19,7 +19,7 @@ import torch
 
 from torchsim_diff.case import layout
 from torchsim_diff.judge import carried_rounding, comparison
-from torchsim_diff.judge.comparison import Mismatch, Stats, same_bits
+from torchsim_diff.judge.comparison import Mismatch, Stats, Where, same_bits
 from torchsim_diff.results.kinds import Kind
 
 
@@ -100,8 +100,8 @@ def judge_case(case, ref: Reference, outputs, storages) -> tuple:
                         f"route returned {len(outputs)} outputs, eager {len(ref.outputs)}"), stats
     producers = {n["id"]: n["op"] for n in case.nodes}
     for i, (got, want, truth) in enumerate(zip(outputs, ref.outputs, ref.truth_outputs)):
-        found, figures = comparison.compare(got, want, truth, where=f"output {i}", carried=_at(ref.output_carried, i),
-                                            sensitivity=ref.output_sensitivity[i],
+        found, figures = comparison.compare(got, want, truth, where=Where.output(i),
+                                            carried=_at(ref.output_carried, i), sensitivity=ref.output_sensitivity[i],
                                             unstable=_at(ref.output_unstable, i), overflow=_at(ref.output_overflow, i))
         stats.merge(figures)
         if found:
@@ -117,7 +117,7 @@ def _at(items, i):
     return items[i] if i < len(items) else None
 
 
-def compare_values(got, want, truth, where: str = "tensor", sensitivity=None, carried=None, overflow=None):
+def compare_values(got, want, truth, where: Where = Where("tensor"), sensitivity=None, carried=None, overflow=None):
     """Stats when `got` passes against eager `want` and float64 `truth`, else
     (Kind, message): the judge's comparison of one tensor."""
     found, stats = comparison.compare(got, want, truth, where=where, carried=carried, sensitivity=sensitivity,
@@ -126,7 +126,7 @@ def compare_values(got, want, truth, where: str = "tensor", sensitivity=None, ca
 
 
 def _check_storage(case, i, spec, ref: Reference, got, stats):
-    where = f"input {spec['name']}"
+    where = Where.input(spec["name"])
     init, want, truth = ref.initial_storages[i], ref.storages[i], ref.truth_storages[i]
     if got.shape != init.shape or got.dtype != init.dtype:
         return Mismatch(Kind.SHAPE_MISMATCH, where, f"{where}: storage came back as {got.dtype}{list(got.shape)}")

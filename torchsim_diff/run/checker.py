@@ -89,7 +89,7 @@ class Verdict:
     stage: str | None = None
     message: str = ""
     op: str | None = None
-    where: str | None = None
+    where: comparison.Where | None = None
     stats: comparison.Stats = dataclasses.field(default_factory=comparison.Stats)
     metrics: dict = dataclasses.field(default_factory=dict)
     artifact_dir: str | None = None

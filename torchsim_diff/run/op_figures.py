@@ -118,9 +118,9 @@ def carried_figures(case, ref, values: dict, refs: list) -> dict:
         want, truth = ref.outputs[k], ref.truth_outputs[k]
         if got.shape != want.shape or got.dtype != want.dtype:
             continue
-        mismatch, stats = comparison.compare(got, want, truth, where=f"output {k}", carried=_at(ref.output_carried, k),
-                                        sensitivity=ref.output_sensitivity[k], unstable=_at(ref.output_unstable, k),
-                                        overflow=_at(ref.output_overflow, k))
+        mismatch, stats = comparison.compare(got, want, truth, where=comparison.Where.output(k),
+                                             carried=_at(ref.output_carried, k), sensitivity=ref.output_sensitivity[k],
+                                             unstable=_at(ref.output_unstable, k), overflow=_at(ref.output_overflow, k))
         _merge(figures, op_of[node], {**_as_dict(stats), **({"diverges": True} if mismatch else {})})
     return figures
 

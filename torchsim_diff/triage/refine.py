@@ -296,7 +296,7 @@ def symptoms(checker: Checker, verdict) -> set:
     """Features read from the failure itself: 'inout' when a mutated input's storage is
     wrong (seen on the input, or on an output that is an in-place op's result), 'unwritten'
     when the route left it as it was (a write lost, not a wrong value)."""
-    name = _written_input(verdict.case, verdict.where or "")
+    name = _written_input(verdict.case, verdict.where)
     position = next((k for k, s in enumerate(verdict.case.inputs) if s["name"] == name), None)
     if position is None or not verdict.case.inputs[position].get("mutated"):
         return set()
@@ -310,14 +310,14 @@ def symptoms(checker: Checker, verdict) -> set:
     return {"inout", "unwritten"} if unwritten else {"inout"}
 
 
-def _written_input(case: Case, where: str) -> str | None:
-    """The input a failure at `where` ("input x0", "output 1") is seen on: the input itself, or
-    the input an output's in-place op wrote (None otherwise)."""
-    if where.startswith("input "):
-        return where.split()[1]
-    if not where.startswith("output "):
+def _written_input(case: Case, where) -> str | None:
+    """The input a failure at `where` (the judge's Where: input x0, output 1) is seen on: the
+    input itself, or the input an output's in-place op wrote (None otherwise)."""
+    if where is None or where.place not in ("input", "output"):
         return None
-    ref = case.outputs[int(where.split()[1])]
+    if where.place == "input":
+        return where.key
+    ref = case.outputs[where.key]
     node = next((n for n in case.nodes if n["id"] == ref), None)
     return node["args"][0] if node is not None and get_op(node["op"]).mutates else None
 
