@@ -59,13 +59,6 @@ class Outcome:
     def to_wire(self) -> dict:
         return dataclasses.asdict(self)
 
-    # Read-only dict-style access, for callers written against the plain-dict reply.
-    def __getitem__(self, key: str):
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        return getattr(self, key, default)
-
     @classmethod
     def from_wire(cls, message: dict) -> "Outcome":
         known = {f.name for f in dataclasses.fields(cls)}
