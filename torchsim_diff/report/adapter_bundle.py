@@ -163,7 +163,8 @@ def lead(bundle: str) -> list:
     shown = ", ".join(f"`{c}`" for c in construct[:3]) or "the ops below"
     out = [f"**Reduced kernel**: `{name}`, {after} lines of TTIR (the kernel as it reached the adapter had {before}). "
            + ("Every op and operand the failure does not need was removed, with triton-adapter-opt as the judge "
-              "(the same first error)." if found.get("kind") == "compile_error" else _value_judge(found)), ""]
+              "(the same first error; for a crash, at the same place in the adapter's code: the same innermost "
+              "frames of its stack dump)." if found.get("kind") == "compile_error" else _value_judge(found)), ""]
     if found.get("kind") == "compile_error" and passes:
         at = min(passes)
         out += [f"The construct: {shown}. The pass that fails on it: `{ADAPTER_PASSES[at]}` "
@@ -279,9 +280,12 @@ if not tool:
 kernel = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{KERNEL_FILE}")  # Inductor's kernel as TTIR
 done = subprocess.run([tool, kernel, *PASSES], capture_output=True, text=True)
 why = [line for line in done.stderr.splitlines() if "error:" in line or "Assertion" in line]
-if done.returncode:
-    why = why or done.stderr.splitlines()[-5:]
-    sys.exit(print(f"REPRODUCES: triton-adapter-opt exited {{done.returncode}}:", *why[:4], sep="\\n") or 1)
+if done.returncode:  # a stack dump is long: its size, then the innermost frames of the adapter's own code
+    frames = [line.strip() for line in done.stderr.splitlines() if re.match(r"\\s*#\\d+ 0x", line)]
+    inner = [re.sub(r"0x[0-9a-f]+ [(]\\S*/", "(", f) for f in frames[next(
+        (k for k, f in enumerate(frames) if "triton-adapter-opt+" not in f), 0):] if "triton-adapter-opt+" in f][:3]
+    dump = [f"stack dump: {{len(frames)}} frames; innermost in triton-adapter-opt:", *inner] if frames else []
+    sys.exit(print(f"REPRODUCES: triton-adapter-opt exited {{done.returncode}}:", *why[:4], *dump, sep="\\n") or 1)
 left = set(re.findall(r'^\\s*(?:%[\\w#:]+(?:, %[\\w#:]+)* = )?"?(tt\\.\\w+)', done.stdout, re.M)) - {{"tt.reduce.return"}}
 if left:
     sys.exit(print(f"REPRODUCES: Triton op(s) {{', '.join(sorted(left))}} left unconverted in the output") or 1)
