@@ -36,6 +36,10 @@ from torchsim_diff.report import ttir_reduce
 FILLS = ("0x47", "0xC7")
 BUDGET_S = 180.0            # per kernel: one candidate compiles with clang and runs twice, ~1-3 s
 STEP_TIMEOUT_S = 120
+# A candidate is a kernel nobody wrote: a mask or bound made zero can make it loop or allocate
+# without end (one took 14 GB before these limits). Each launch gets this much memory and time.
+LAUNCH_MEMORY = 1 << 30
+LAUNCH_TIMEOUT_S = 20
 # The child: load the library, run every program of the grid on the buffers, write them back.
 # Standard library only, so that it starts at once; it reads a JSON spec written below.
 CHILD = r'''import ctypes, json, os, sys
@@ -155,7 +159,7 @@ class HostRun:
             json.dump(spec, handle)
         try:
             done = subprocess.run([sys.executable, os.path.join(self.folder, "child.py"), os.path.join(out, "spec.json")],
-                                  capture_output=True, timeout=STEP_TIMEOUT_S,
+                                  capture_output=True, timeout=LAUNCH_TIMEOUT_S, preexec_fn=_limited,
                                   env={**os.environ, "REPRO_MALLOC_FILL": fill})
         except subprocess.TimeoutExpired:
             return "timeout"
@@ -168,6 +172,14 @@ class HostRun:
             got[name] = torch.frombuffer(data, dtype=torch.uint8).view(tensor.dtype).clone() if data else tensor.clone()
         shutil.rmtree(out, ignore_errors=True)
         return got
+
+
+def _limited() -> None:
+    """In the launch's child, before it starts: at most LAUNCH_MEMORY of address space and
+    LAUNCH_TIMEOUT_S of CPU."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (LAUNCH_MEMORY, LAUNCH_MEMORY))
+    resource.setrlimit(resource.RLIMIT_CPU, (LAUNCH_TIMEOUT_S, LAUNCH_TIMEOUT_S))
 
 
 def wrong_buffers(launch: Launch, outputs: dict, expected: dict | None = None) -> list:
