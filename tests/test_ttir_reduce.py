@@ -218,3 +218,19 @@ def test_a_crash_is_the_same_failure_only_at_the_same_site_of_the_adapters_code(
     assert ttir_reduce._crash_site(elsewhere) != site
     assert ttir_reduce._crash_site(DUMP.replace("/somewhere", "/elsewhere")) == site
     assert ttir_reduce._crash_site("error: failed to legalize\n") == ""
+
+
+@needs_adapter
+def test_a_masked_load_without_other_gets_a_zero_other_so_no_lane_is_undefined():
+    from torchsim_diff.report import ttir_value_reduce as value
+    text = ttir_reduce.generic_form(fixture("amin_reduce_init.ttir"), TOOL)
+    load = next(line for line in text.splitlines() if '"tt.load"' in line)
+    ptr, mask, other = re.search(r'"tt.load"\((%\w+), (%\w+), (%\w+)\)', load).groups()
+    bare = (load.replace(f"({ptr}, {mask}, {other})", f"({ptr}, {mask})").replace("1, 1, 1>", "1, 1, 0>")
+            .replace(", tensor<1x2xf32>) -> ", ") -> "))
+    bare_text = text.replace(load, bare)
+    assert ttir_reduce.generic_form(bare_text, TOOL) is not None       # Triton allows it: masked lanes undefined
+    defined = value.with_defined_loads(bare_text)
+    assert "1, 1, 1>" in defined and "dense<0.000000e+00> : tensor<1x2xf32>" in defined
+    assert ttir_reduce.generic_form(defined, TOOL) is not None
+    assert value.with_defined_loads(text) == text                      # a load with its other is left alone

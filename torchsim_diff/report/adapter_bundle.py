@@ -193,7 +193,8 @@ def _value_judge(found: dict) -> str:
         return ("Every op and operand was removed that the defect does not need, with the adapter and a run of its "
                 "output on this host as the judge: the kernel, run twice with every byte it mallocs filled first "
                 f"with 0x47, then with 0xC7, must still leave different values in {buffers} (a kernel that reads "
-                "only memory it wrote cannot depend on the fill). " + (f"Here: {found['evidence']}. " if
+                "only memory it wrote cannot depend on the fill; a masked load without `other`, whose masked-off "
+                "lanes Triton leaves undefined, was given `other` = 0 first). " + (f"Here: {found['evidence']}. " if
                                                                       found.get("evidence") else "")
                 + f"`repro.py` runs the whole kernel (`{KERNEL_FILE}`) against Triton's interpreter.")
     return ("Triton's interpreter knows the right values only for the whole kernel, so the reduction removed only "

@@ -10,7 +10,9 @@ value persists" means depends on what the whole kernel shows, decided once on it
 - `fill`: a buffer the kernel got wrong holds different values under the two fills. A kernel
   that reads only memory it wrote cannot depend on malloc's old bytes, so the dependence is the
   adapter's defect whatever the kernel computes; every op and operand may go (report.ttir_reduce),
-  as long as one of those buffers still depends on the fill.
+  as long as one of those buffers still depends on the fill. A masked load without `other`
+  leaves its masked-off lanes undefined in Triton itself, so each gets `other` = 0 first, and
+  the mode is `fill` only if the dependence survives that.
 - `expected`: the values are wrong but do not depend on the fill. Only Triton's interpreter
   knows the right values, and only for this kernel, so the reduction keeps what the wrong
   buffers are computed from: it removes the stores (and atomics) to the other buffers and the
@@ -210,6 +212,35 @@ def _close(got, want, exact: bool) -> bool:
     return True
 
 
+# A masked tt.load with no `other` leaves its masked-off lanes undefined in Triton: the fill may
+# show through them with no fault of the adapter's. Such a load gets other = 0 before the `fill`
+# mode is chosen, and the reduction starts from that kernel.
+_BARE_LOAD = re.compile(r'(?P<head>"tt\.load"\((?P<ptr>%[^,()]+), (?P<mask>%[^,()]+))\)(?P<attrs> <\{[^\n]*'
+                        r'operandSegmentSizes = array<i32: 1, 1, )0(?P<rest>>\}> : \((?P<inputs>[^()]*))\) -> '
+                        r'(?P<result>\S+)$', re.M)
+
+
+def with_defined_loads(text: str) -> str:
+    """`text` (generic form) with each masked tt.load that has no `other` given a zero `other`."""
+    try:
+        kernel = ttir_reduce.Kernel.parse(text)
+    except ValueError:
+        return text
+    made: dict = {}
+    def defined(match) -> str:
+        result = match.group("result")
+        if ttir_reduce.zero_constant(result) is None:
+            return match.group(0)
+        name = made.setdefault(result, f"%other{len(made)}")
+        return (f'{match.group("head")}, {name}){match.group("attrs")}1{match.group("rest")}, {result}) -> {result}')
+    body = _BARE_LOAD.sub(defined, "".join(op.text for op in kernel.ops))
+    if not made:
+        return text
+    indent = re.match(r"\s*", kernel.ops[0].text).group(0)
+    return kernel.head + "".join(f'{indent}{name} = "arith.constant"() <{{value = {ttir_reduce.zero_constant(t)}}}> '
+                                 f': () -> {t}\n' for t, name in made.items()) + body + kernel.tail
+
+
 def reduce_launch(ttir: str, launch: Launch, tool: str, budget_s: float = BUDGET_S) -> Reduction | None:
     """The kernel `ttir` reduced while its wrong values persist (module docstring), or None where
     the whole kernel shows no wrong value here."""
@@ -223,11 +254,17 @@ def reduce_launch(ttir: str, launch: Launch, tool: str, budget_s: float = BUDGET
         if not wrong:
             return None
         moving = fill_dependent(outputs, wrong)
+        generic = ttir_reduce.generic_form(ttir, tool)
+        defined = with_defined_loads(generic) if moving and generic else ttir
+        if moving and defined != generic:       # is the fill still seen once no lane is undefined?
+            given = host.outputs(defined)
+            moving = fill_dependent(given, moving) if given is not None else []
         if moving:
+            ttir_start = defined if defined != generic else ttir
             def still_fails(text: str) -> bool:
                 got = host.outputs(text)
                 return got is not None and bool(fill_dependent(got, moving))
-            reduced = ttir_reduce.reduce_text(ttir, tool, still_fails, budget_s)
+            reduced = ttir_reduce.reduce_text(ttir_start, tool, still_fails, budget_s)
             mode, evidence = "fill", _fill_evidence(host.outputs(reduced), moving)
         else:
             reduced, kept = _without_other_stores(ttir, launch, tool, wrong, host, started + budget_s)
