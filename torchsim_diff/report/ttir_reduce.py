@@ -112,9 +112,13 @@ def reduce_text(ttir: str, tool: str, still_fails, budget_s: float = BUDGET_S) -
     deadline = time.monotonic() + budget_s
     def bounded(text: str) -> bool:
         return time.monotonic() < deadline and still_fails(text)
+    located = False               # the adapter's passes may read source locations (names): keep them then
     text = generic_form(ttir, tool)
     if text is None or not still_fails(text):
-        return ttir
+        located, text = True, generic_form(ttir, tool, located=True)
+        if text is None or not still_fails(text):
+            return ttir
+    generic = lambda t: generic_form(t, tool, located)      # noqa: E731
     try:
         Kernel.parse(text)
     except ValueError:          # not one kernel in generic form: nothing this reducer can take apart
@@ -123,31 +127,36 @@ def reduce_text(ttir: str, tool: str, still_fails, budget_s: float = BUDGET_S) -
         kernel = Kernel.parse(text)
         ops = needed_parts(list(range(len(kernel.ops))), lambda dropped: bounded(kernel.render(dropped)))
         if len(ops) < len(kernel.ops):
-            text = generic_form(kernel.render(set(range(len(kernel.ops))) - set(ops)), tool) or text
+            text = generic(kernel.render(set(range(len(kernel.ops))) - set(ops))) or text
             kernel = Kernel.parse(text)
         operands = kernel.zeroable_operands()
         kept = needed_parts(operands, lambda zeroed: bounded(kernel.render((), zeroed)))
         zeroed = [p for p in operands if p not in kept]
         if zeroed:
-            text = generic_form(kernel.render((), zeroed), tool) or text
+            text = generic(kernel.render((), zeroed)) or text
         elif len(ops) == len(Kernel.parse(text).ops):
             break
     kernel = Kernel.parse(text)
     dead = kernel.dead()
     if dead:          # constants and the like nothing reads any more
-        text = next((t for t in [generic_form(kernel.render(dead), tool)] if t and still_fails(t)), text)
-    pretty = run_adapter(text, tool, ())
-    return pretty.stdout if pretty is not None and not pretty.returncode and still_fails(pretty.stdout) else text
+        text = next((t for t in [generic(kernel.render(dead))] if t and still_fails(t)), text)
+    for options in ((), ("--mlir-print-debuginfo",)):      # pretty, without locations where it still fails
+        pretty = run_adapter(text, tool, (), *options)
+        if pretty is not None and not pretty.returncode and still_fails(pretty.stdout):
+            return pretty.stdout
+    return text
 
 
-def generic_form(ttir: str, tool: str) -> str | None:
-    """`ttir` as the adapter prints it in generic form (no locations), None when it cannot read it."""
-    done = run_adapter(ttir, tool, (), "--mlir-print-op-generic")
+def generic_form(ttir: str, tool: str, located: bool = False) -> str | None:
+    """`ttir` as the adapter prints it in generic form (with source locations where `located`),
+    None when it cannot read it."""
+    done = run_adapter(ttir, tool, (), "--mlir-print-op-generic", *(("--mlir-print-debuginfo",) if located else ()))
     return done.stdout if done is not None and not done.returncode else None
 
 
 # --- the kernel in generic form --------------------------------------------------------------
 
+_LOC_SUFFIX = re.compile(r"\s+loc\((?:[^()]|\([^()]*\))*\)$")     # ` loc(#loc3)`, ` loc("x"(#loc))`
 _VALUE = re.compile(r"%[\w$.\-]+(?:#\d+)?")
 _SCALAR = re.compile(r"(i\d+|f16|bf16|f32|f64|index)$")
 _TENSOR = re.compile(r"tensor<((?:\d+x)*)(i\d+|f16|bf16|f32|f64|index)>$")
@@ -182,6 +191,7 @@ class Op:
 
 def _signature(line: str) -> tuple:
     """([operand types], [result types]) of a generic op's last line `... : (A, B) -> R`."""
+    line = _LOC_SUFFIX.sub("", line.rstrip())
     at = line.rfind(" : (")
     if at < 0:
         return [], []
@@ -227,7 +237,9 @@ def zero_constant(value_type: str) -> str | None:
     element = scalar.group(1) if scalar else tensor.group(2) if tensor else None
     if element is None:
         return None
-    zero = "false" if element == "i1" else "0" if element.startswith("i") or element == "index" else "0.000000e+00"
+    zero = "0" if element.startswith("i") or element == "index" else "0.000000e+00"
+    if element == "i1":            # `false : i1` does not parse: a bool attribute carries no type
+        return "false" if scalar else f"dense<false> : {value_type}"
     return f"{zero} : {value_type}" if scalar else f"dense<{zero}> : {value_type}"
 
 
@@ -250,7 +262,8 @@ class Kernel:
         arguments = []
         if start + 1 < len(lines) and lines[start + 1].lstrip().startswith("^bb0("):
             start += 1
-            arguments = [tuple(a.split(": ", 1)) for a in _split(_group(lines[start].strip()[4:].rstrip(":"))[0])]
+            arguments = [(v, _LOC_SUFFIX.sub("", t)) for v, t in
+                         (a.split(": ", 1) for a in _split(_group(lines[start].strip()[4:].rstrip(":"))[0]))]
         ops, k = [], start + 1
         while k < len(lines) and not lines[k].lstrip().startswith(('"tt.return"', "})")):
             depth, block = 0, ""
