@@ -74,13 +74,15 @@ def reduce_kernel(bundle: str, budget_s: float | None = None) -> tuple:
     if not tool:
         return len(original.splitlines()), len(original.splitlines())
     started = time.monotonic()
-    failure = ttir_reduce.adapter_failure(original, tool, ADAPTER_PASSES)
+    failures = ttir_reduce.adapter_failures(original, tool, ADAPTER_PASSES)
+    failure = min(failures) if failures else None
     reduced = ttir_reduce.reduce_ttir(original, tool, ADAPTER_PASSES, budget_s or ttir_reduce.BUDGET_S)
     seconds = time.monotonic() - started
     if reduced != original:
         os.replace(path, os.path.join(bundle, ORIGINAL_FILE))
         _write(path, reduced)
-    at = ttir_reduce.failing_pass(reduced, tool, ADAPTER_PASSES, failure) if failure else None
+    at = min((k for k in (ttir_reduce.failing_pass(reduced, tool, ADAPTER_PASSES, f) for f in failures)
+              if k is not None), default=None)
     before = ttir_reduce.run_adapter(reduced, tool, ADAPTER_PASSES[:at]) if at else None
     seen = ttir_reduce.triton_ops(before.stdout if before is not None and not before.returncode else reduced)
     _record(bundle, kind="compile_error", file=KERNEL_FILE, lines=[len(original.splitlines()),
