@@ -132,7 +132,7 @@ def reduce_value_kernel(bundle: str, kernel: str, grid: tuple, args: list, exact
     lowered = ttir_reduce.lowering_passes(found.text, tool, ADAPTER_PASSES)
     _record(bundle, kind="wrong_values", file=shipped, mode=found.mode, buffers=found.buffers, lines=list(found.lines),
             seconds=found.seconds, evidence=found.evidence, passes={str(k): "lowers " + ", ".join(
-                sorted(o for o, at in lowered.items() if at == k)) for k in sorted(set(lowered.values()))},
+                ttir_reduce.construct(o for o, at in lowered.items() if at == k)) for k in sorted(set(lowered.values()))},
             construct=ttir_reduce.construct(ttir_reduce.triton_ops(found.text) | _math_ops(found.text)))
     return found.lines
 
