@@ -387,10 +387,15 @@ ADAPTER_OUTCOMES = {  # a stand-in adapter's shell body -> repro.py's exit statu
     "echo 'error: strides must not be zero' >&2; kill -ABRT $$": (1, "strides must not be zero"),
     "echo '  %3 = tt.reduce %2'": (1, "tt.reduce left unconverted"),
     "echo '  %3 = linalg.generic'": (0, "FIXED"),
+    # a crash with no message: the dump's size and the adapter's innermost frames, without its folder
+    "printf 'Stack dump:\\n #0 0x1 (/opt/x/triton-adapter-opt+0x10)\\n #1 0x2 (/lib/libc.so.6+0x3c050)\\n"
+    " #2 0x3 (/opt/x/triton-adapter-opt+0xb3a38d)\\n #3 0x4 (/opt/x/triton-adapter-opt+0xa4a9b4)\\n' >&2; kill -SEGV $$":
+        (1, "stack dump: 4 frames; innermost in triton-adapter-opt:\n#2 (triton-adapter-opt+0xb3a38d)\n"
+            "#3 (triton-adapter-opt+0xa4a9b4)\n"),
 }
 
 
-@pytest.mark.parametrize("body", list(ADAPTER_OUTCOMES), ids=["aborts", "leaves-tt-op", "converts"])
+@pytest.mark.parametrize("body", list(ADAPTER_OUTCOMES), ids=["aborts", "leaves-tt-op", "converts", "segfaults"])
 def test_adapter_repro_runs_the_kernel_through_the_adapter_alone(body, tmp_path):
     from torchsim_diff.report import adapter_bundle
     fake = tmp_path / "triton-adapter-opt"
@@ -402,6 +407,7 @@ def test_adapter_repro_runs_the_kernel_through_the_adapter_alone(body, tmp_path)
     done = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True, env=env)
     status, verdict = ADAPTER_OUTCOMES[body]
     assert done.returncode == status and verdict in done.stdout, done.stdout + done.stderr
+    assert "/opt/x" not in done.stdout
     env.pop("TRITON_ADAPTER_OPT")
     env["PATH"] = "/nonexistent"
     missing = subprocess.run([sys.executable, str(tmp_path / "repro.py")], capture_output=True, text=True, env=env)

@@ -197,53 +197,7 @@ def test_a_cause_names_its_wrong_side_as_eager_or_compiled(tmp_path, add_case):
         ledger.read_cause(_cause_folder(tmp_path / "2", add_case, {**CAUSE, "wrong_side": "both"}))
 
 
-# An adapter stand-in: an SSA value used but not defined is a parse error; tt.bad is unsupported.
-FAKE_ADAPTER = '''import re, sys
-text = open(sys.argv[1]).read()
-defined = {name for pair in re.findall(r"(%\\w+) =|(%\\w+):", text) for name in pair if name}
-used = set(re.findall(r"(?<![\\w])%\\w+", text))
-if used - defined:
-    sys.exit(print("k.ttir:3:5: error: use of undeclared SSA value name", file=sys.stderr) or 1)
-if "tt.bad" in text:
-    sys.exit(print("k.ttir:%d:5: error: 'tt.bad' op is not supported" % text.count("\\n"), file=sys.stderr) or 1)
-print(text)
-'''
-KERNEL = '''#loc = loc("k.py":1:1)
-module {
-  tt.func public @k(%in_ptr0: !tt.ptr<f32> loc("in_ptr0"(#loc)), %n: i32 loc("n"(#loc))) attributes {noinline = false} {
-    %a = arith.constant dense<1.0> : tensor<4xf32> loc(#loc1)
-    %b = tt.make_range {end = 4 : i32, start = 0 : i32} : tensor<4xi32> loc(#loc2)
-    %c = tt.bad %a : tensor<4xf32> loc(callsite(#loc1 at #loc2))
-    %d = "tt.reduce"(%a) <{axis = 0 : i32}> ({
-    ^bb0(%x: f32 loc(#loc1), %y: f32 loc(#loc1)):
-      %s = arith.addf %x, %y : f32 loc(#loc1)
-      tt.reduce.return %s : f32 loc(#loc1)
-    }) : (tensor<4xf32>) -> f32 loc(#loc1)
-    %e = tt.splat %in_ptr0 : !tt.ptr<f32> -> tensor<4x!tt.ptr<f32>> loc(#loc2)
-    tt.store %e, %c : tensor<4x!tt.ptr<f32>> loc(#loc2)
-    tt.return loc(#loc)
-  } loc(#loc)
-} loc(#loc)
-#loc1 = loc("k.py":2:1)
-#loc2 = loc("k.py":3:1)
-'''
-
-
-def test_a_kernels_ttir_is_reduced_to_the_ops_its_adapter_failure_needs(tmp_path):
-    from torchsim_diff.report import ttir_reduce
-    tool = tmp_path / "fake-adapter-opt"
-    tool.write_text(f"#!{sys.executable}\n" + FAKE_ADAPTER)
-    tool.chmod(0o755)
-    assert ttir_reduce.adapter_failure(KERNEL, str(tool), ()) == "'tt.bad' op is not supported"
-    reduced = ttir_reduce.reduce_ttir(KERNEL, str(tool), ())
-    body = [line.strip() for line in reduced.splitlines()]
-    # tt.bad and the constant it reads stay; the range, the reduce with its region, the store and its
-    # pointer go (each can be removed, the store first), and so do all the locations
-    assert [line.split(" =")[0] for line in body[2:-3]] == ["%a", "%c"], reduced
-    assert "loc(" not in reduced and "#loc" not in reduced
-    assert ttir_reduce.adapter_failure(reduced, str(tool), ()) == "'tt.bad' op is not supported"
-    assert ttir_reduce.reduce_ttir(reduced.replace("tt.bad", "tt.good"), str(tool), ()) == \
-        reduced.replace("tt.bad", "tt.good")          # a kernel the adapter converts is left as it is
+# IR-level reduction of an adapter bug's TTIR: tests/test_ttir_reduce.py (the real adapter on the route's TTIR).
 
 
 def test_every_cause_with_a_plain_script_meets_its_upstreams_checklist(tmp_path):

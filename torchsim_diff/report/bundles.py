@@ -744,6 +744,7 @@ def _adapter_bundle(record: Record, case: Case, to_dir: str, artifacts_dir: str 
     if adapter_path():       # the quoted run finds the adapter where the route does
         os.environ.setdefault(ADAPTER_ENV, adapter_path())
     adapter_bundle.write_kernel(ttir, to_dir)
+    adapter_bundle.record_provenance(ttir, to_dir)
     adapter_bundle.reduce_kernel(to_dir)
     head = [heading or title(record, case)]
     head.append(f"The adapter fails on Inductor's Triton kernel for `{expression(case, case.outputs)}` ({adapter_bundle.KERNEL_FILE}).")
@@ -826,14 +827,16 @@ def _kernel_value_bundle(record: Record, case: Case, to_dir: str, artifacts_dir:
     if adapter_path():
         os.environ.setdefault(ADAPTER_ENV, adapter_path())
     try:
-        kernel_bundle.write_kernel_bundle(source, to_dir, "\n".join(head))
+        launch = kernel_bundle.write_kernel_bundle(source, to_dir, "\n".join(head))
     except kernel_bundle.NoKernelRepro:
         return None
     reproduces = run_repro(to_dir)[0] == 1
     kernel_bundle.remove_built(to_dir)
     if reproduces:
+        adapter_bundle.reduce_value_kernel(to_dir, *launch, check=lambda: run_repro(to_dir)[0] == 1)
+        kernel_bundle.remove_built(to_dir)
         return source
-    for name in kernel_bundle.SHIPPED:           # the launch alone does not show it: the harness does
+    for name in (*kernel_bundle.SHIPPED, adapter_bundle.REDUCTION_FILE):   # the launch alone does not show it
         if os.path.exists(os.path.join(to_dir, name)):
             os.unlink(os.path.join(to_dir, name))
     write_text(os.path.join(to_dir, "repro.py"), render_script(record, case, heading))
@@ -1017,6 +1020,7 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
                  described]
     else:
         parts = [THREAD_DRAFTS[thread].format(url=upstream), f"# {heading}", "", described]
+    parts += ["", *adapter_bundle.lead(bundle)] if record.route == "triton-spike" else []
     parts += ["", markdown_text(analysis)] if analysis else []
     parts += ["", FUZZER_NOTE] if pt2 and thread == "new" else []
     parts += ["", tolerance] if tolerance else []
@@ -1067,13 +1071,14 @@ def _beside_the_script(record: Record, case: Case, bundle: str, shims) -> list:
             parts += _inline_ir(bundle, name)
     if _kernel_only(record, bundle):
         original = os.path.join(bundle, adapter_bundle.ORIGINAL_FILE)
-        reduced = (f" reduced from its {_line_count(original)} lines: source locations dropped, and every op "
-                   "without which the adapter still fails the same way removed (the whole kernel is "
+        reduced = (f" reduced from its {_line_count(original)} lines as told above (the whole kernel is "
                    f"`{adapter_bundle.ORIGINAL_FILE}`)") if os.path.exists(original) else ""
-        parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter{',' if reduced else ''}{reduced}. "
-                  "Its provenance: Inductor's Triton kernel for the program, lowered to TTIR by Triton (CPU target), "
-                  "with its ops rewritten for the adapter's older Triton dialect.", ""]
-        parts += _inline_ir(bundle, adapter_bundle.KERNEL_FILE)
+        beside = (f" `{adapter_bundle.REDUCED_FILE}` is it reduced (above)." if
+                  os.path.exists(os.path.join(bundle, adapter_bundle.REDUCED_FILE)) else "")
+        led = bool(adapter_bundle.lead(bundle))
+        parts += [f"`{adapter_bundle.KERNEL_FILE}` is the kernel as it reached the adapter{',' if reduced else ''}{reduced}."
+                  f"{beside}" + ("" if led else " " + adapter_bundle.provenance_text(None)), ""]
+        parts += [] if led else _inline_ir(bundle, adapter_bundle.KERNEL_FILE)
     if _kernel_launch(bundle):
         parts += [f"`{kernel_bundle.LAUNCH_FILE}` holds every buffer of the launch before it runs and as "
                   f"Triton's interpreter leaves it (`{kernel_bundle.SOURCE_FILE}` under `TRITON_INTERPRET=1`, "

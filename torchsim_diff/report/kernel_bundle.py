@@ -41,6 +41,17 @@ LINALG_FILE = "kernel.linalg.mlir"              # the adapter's output, which re
 SHIPPED = (KERNEL_FILE, SOURCE_FILE, LAUNCH_FILE, LINALG_FILE)
 BUILT = ("kernel.llvm.mlir", "kernel.ll", "fill_malloc.c", "kernel.so")   # what repro.py compiles on the way: not shipped
 RUNNER_UTILS = "/usr/lib/llvm-19/lib/libmlir_c_runner_utils.so.19.1"   # Debian's libmlir-19
+# Linked into kernel.so (-Wl,--wrap=malloc): every byte the kernel mallocs filled with $REPRO_MALLOC_FILL.
+FILL_MALLOC_C = r"""#include <stdlib.h>
+#include <string.h>
+void *__real_malloc(size_t);
+void *__wrap_malloc(size_t size) {
+    void *memory = __real_malloc(size);
+    const char *fill = getenv("REPRO_MALLOC_FILL");
+    if (memory && fill) memset(memory, (int) strtol(fill, NULL, 16), size);
+    return memory;
+}
+"""
 # Scalar kernel arguments by Triton type, as ctypes passes them.
 CTYPES = {"i1": "c_bool", "i8": "c_int8", "i16": "c_int16", "i32": "c_int32", "i64": "c_int64",
           "u8": "c_uint8", "u16": "c_uint16", "u32": "c_uint32", "u64": "c_uint64",
@@ -58,10 +69,11 @@ class NoKernelRepro(Exception):
     """The failure cannot be shown by one launch on the host (the reason is the message)."""
 
 
-def write_kernel_bundle(artifact_dir: str, bundle: str, head: str) -> None:
+def write_kernel_bundle(artifact_dir: str, bundle: str, head: str) -> tuple:
     """Write kernel.ttir, kernel.py, launch.pt and repro.py for the first launch under
     `artifact_dir` (a case's triton-spike artifacts) that Triton's interpreter computes
-    differently; `head` is the docstring's first lines. Raises NoKernelRepro."""
+    differently; `head` is the docstring's first lines. (kernel name, grid, arguments, exact),
+    what report.ttir_value_reduce needs to run the launch. Raises NoKernelRepro."""
     from torchsim_diff.routes.triton.localise import first_divergent_kernel
     capture = os.path.join(artifact_dir, "kernels")
     if not os.path.isdir(capture):
@@ -70,12 +82,12 @@ def write_kernel_bundle(artifact_dir: str, bundle: str, head: str) -> None:
     if found is None or found.get("error"):
         raise NoKernelRepro("every captured launch matches Triton's interpreter" if found is None
                             else f"Triton's interpreter cannot run the launch: {found['error']}")
-    write_launch(artifact_dir, found["folder"], bundle, head)
+    return write_launch(artifact_dir, found["folder"], bundle, head)
 
 
-def write_launch(artifact_dir: str, launch_folder: str, bundle: str, head: str) -> None:
+def write_launch(artifact_dir: str, launch_folder: str, bundle: str, head: str) -> tuple:
     """The bundle's files for the captured launch in `launch_folder` (see write_kernel_bundle)."""
-    from torchsim_diff.report.adapter_bundle import without_folders
+    from torchsim_diff.report.adapter_bundle import record_provenance, without_folders
     from torchsim_diff.kernels.capture import CapturedLaunch
     meta = CapturedLaunch(launch_folder).meta
     chain = _chain_folder(artifact_dir, meta)
@@ -89,6 +101,8 @@ def write_launch(artifact_dir: str, launch_folder: str, bundle: str, head: str) 
     text = render_script(head, meta["kernel_name"], tuple(meta["grid"]), args, exact)
     with open(os.path.join(bundle, "repro.py"), "w", encoding="utf-8") as handle:
         handle.write(text)
+    record_provenance(os.path.join(chain, "kernel.fixed.ttir"), bundle)
+    return meta["kernel_name"], tuple(meta["grid"]), args, exact
 
 
 def remove_built(bundle: str) -> None:
@@ -181,16 +195,7 @@ PASSES = {_wrapped(ADAPTER_PASSES)}  # triton-ascend 3.2.0's ttir_to_linalg, its
 LOWER = {_wrapped(MLIR_OPT_PASSES)}  # its linalg_to_llir, with C wrappers for the entry
 RUNNER_UTILS = "{RUNNER_UTILS}"  # memrefCopy
 FILLS = ("0x47", "0xC7")  # each launch's malloc fill: 0x47474747 is 51015.3 or 1195853639, 0xC7C7C7C7 -102286.6 or < 0
-FILL_MALLOC = r"""#include <stdlib.h>
-#include <string.h>
-void *__real_malloc(size_t);
-void *__wrap_malloc(size_t size) {{
-    void *memory = __real_malloc(size);
-    const char *fill = getenv("REPRO_MALLOC_FILL");
-    if (memory && fill) memset(memory, (int) strtol(fill, NULL, 16), size);
-    return memory;
-}}
-"""
+FILL_MALLOC = r"""{FILL_MALLOC_C}"""
 GRID = {tuple(grid)!r}
 ARGS = {arguments!r}  # ("buffer", name, byte offset, elements) or (ctypes type, value)
 TOLERANCE = {tolerance}
