@@ -75,7 +75,6 @@ def reduce_kernel(bundle: str, budget_s: float | None = None) -> tuple:
         return len(original.splitlines()), len(original.splitlines())
     started = time.monotonic()
     failures = ttir_reduce.adapter_failures(original, tool, ADAPTER_PASSES)
-    failure = min(failures) if failures else None
     reduced = ttir_reduce.reduce_ttir(original, tool, ADAPTER_PASSES, budget_s or ttir_reduce.BUDGET_S)
     seconds = time.monotonic() - started
     if reduced != original:
