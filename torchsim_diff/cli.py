@@ -130,12 +130,14 @@ def cmd_fuzz(args) -> int:
     from torchsim_diff.campaign.fuzz import CampaignResult, settle_told
     from torchsim_diff.report.tables import bucket_rows, render, summary_rows, unconfirmed_lines
     from torchsim_diff.generate.strategies import InvalidArgument
+    from torchsim_diff.generate.policy import InvalidPolicy, active_policy
     opts = None
     try:
         _check_fuzz(args)
+        sys.stderr.write(f"torchsim-diff: {active_policy().describe()}\n")
         opts = _campaign_options(args)
         result = _run_fuzz(opts, args)
-    except InvalidArgument as exc:
+    except (InvalidArgument, InvalidPolicy) as exc:
         raise UsageError(str(exc)) from None
     except KeyboardInterrupt as exc:     # before the campaign handles its own: nothing ran yet
         if opts is None:
