@@ -134,8 +134,8 @@ def cmd_fuzz(args) -> int:
     opts = None
     try:
         _check_fuzz(args)
-        sys.stderr.write(f"torchsim-diff: {active_policy().describe()}\n")
         opts = _campaign_options(args)
+        sys.stderr.write(f"torchsim-diff: {active_policy().describe()}\n")   # once the options are good
         result = _run_fuzz(opts, args)
     except (InvalidArgument, InvalidPolicy) as exc:
         raise UsageError(str(exc)) from None
