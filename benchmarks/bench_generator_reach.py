@@ -7,7 +7,9 @@ dynamically, the drawing time per case, the operand forms of binary pointwise no
 shape, broadcasting, 0-d, a Python number or another dtype, on either side), the value classes
 of fresh float inputs, the share of cases holding each view class, and the edge census: per op
 family and overall, the share of (op, edge) cells (`OpSpec.edges`) that some case met at the op's
-own operands in eager (`--per-op` also lists, per op, how many cases met each cell).
+own operands in eager (`--per-op` also lists, per op, how many cases met each cell); and the cells
+the generator meant (`case.values["meant"]`): per op and overall, the cells meant and how many of
+them reached the op's own operands at the node that meant them.
 
     python benchmarks/bench_generator_reach.py --cases 150 --seed 1 --dtypes float32,int64
 """
@@ -32,7 +34,7 @@ from torchsim_diff.ops import all_ops
 from torchsim_diff.report.tables import gini
 from torchsim_diff.routes.compile_options import dynamic_for
 from torchsim_diff.generate import strategies
-from torchsim_diff.generate.edge_reach import cells_met, declared_edges
+from torchsim_diff.generate.edge_reach import cells_met, declared_edges, meant_reached
 from torchsim_diff.ops.edges import FLOAT_ONLY_CLASSES, Value
 from torchsim_diff.generate.strategies import cases
 
@@ -171,6 +173,32 @@ def edge_census(dtype: str, drawn: list, per_op: bool) -> None:
     met, total = (sum(t[i] for t in by_family.values()) for i in (0, 1))
     print(f"  edge cells met in {len(drawn)} cases: {met}/{total} ({100.0 * met / max(total, 1):.1f}%); "
           + ", ".join(f"{family} {m}/{n} ({100.0 * m / max(n, 1):.0f}%)" for family, (m, n) in by_family.items()))
+    meant_census(dtype, drawn, per_op)
+
+
+def meant_census(dtype: str, drawn: list, per_op: bool) -> None:
+    """Per op: the cells meant (distinct of declared) and reached when meant; overall, the share of
+    meant placements that reached the op and the distinct cells meant and reached."""
+    meant = collections.defaultdict(lambda: [0, 0])          # (op, label) -> [times meant, times reached]
+    for case in drawn:
+        for op, label, reached in meant_reached(case):
+            meant[(op, label)][0] += 1
+            meant[(op, label)][1] += reached
+    integers = dtype.startswith("int")
+    declared = {(spec.name, edge.label) for spec in all_ops().values() if spec.supports(dtype)
+                for edge in declared_edges(spec)
+                if not (integers and isinstance(edge, Value) and edge.value in FLOAT_ONLY_CLASSES)}
+    if per_op:
+        for op in sorted({op for op, _ in meant}):
+            cells = {label: n for (o, label), n in meant.items() if o == op}
+            total = sum(1 for o, _ in declared if o == op)
+            print(f"    {op} meant: {len(cells)}/{total} cells, reached {sum(1 for m, r in cells.values() if r)}; "
+                  + ", ".join(f"{label} {r}/{m}" for label, (m, r) in cells.items()))
+    placements = sum(m for m, _ in meant.values())
+    reached = sum(r for _, r in meant.values())
+    print(f"  edge cells meant in {len(drawn)} cases: {len(meant)}/{len(declared)} cells meant, "
+          f"{sum(1 for m, r in meant.values() if r)} of them reached when meant; {placements} placements, "
+          f"{reached} reached the op ({100.0 * reached / max(placements, 1):.1f}%)")
 
 
 def main():

@@ -71,6 +71,8 @@ class FuzzSession(WorkerSession):
         routes = self.runnable_routes() if self.explicit_routes else self.routes
         lines = [f"torchsim-diff: routes={','.join(routes)} dtypes={','.join(self.dtypes)} "
                  f"seed={self.base_seed}{budget} report-dir={self.report_dir}"]
+        from torchsim_diff.generate.policy import active_policy
+        lines.append(f"torchsim-diff: {active_policy().describe()}")
         for route, reason in self.unavailable().items():
             lines.append(f"torchsim-diff: route {route} unavailable, not fuzzed: {reason}")
         return lines

@@ -94,6 +94,8 @@ def materialize(spec: dict, seed: int, position: int, special: bool = False,
         view.copy_(values.draw(domain, shape, dtype, generator, special))
     if "data" not in spec:
         storage[~covered_mask(shape, strides, offset, size)] = guard_value(dtype)
+        if domain.get("plant"):
+            values.plant(storage.as_strided(shape, strides, offset), domain["plant"])
     if dtype_override is not None and dtype.is_floating_point:
         storage = storage.to(dtype_override)
     return storage.as_strided(shape, strides, offset)

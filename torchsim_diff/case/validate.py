@@ -168,6 +168,7 @@ def _check_domain(spec: dict, where: str) -> None:
     domain = spec.get("domain", {"kind": "real"})
     _need(isinstance(domain, dict) and domain.get("kind") in DOMAINS,
           f"{where}.domain={domain!r}: kind must be one of {', '.join(DOMAINS)}")
+    _check_plant(domain, where)
     if domain["kind"] not in ("index", "unique_index"):
         return
     high = domain.get("high")
@@ -178,6 +179,19 @@ def _check_domain(spec: dict, where: str) -> None:
               f"{where}.domain.dim={dim!r} must name one of the {len(spec['shape'])} dimensions")
         _need(high >= spec["shape"][dim],
               f"{where}.domain: high={high} is too small for {spec['shape'][dim]} distinct indices along dim {dim}")
+
+
+def _check_plant(domain: dict, where: str) -> None:
+    """Planted edge values (values.plant): known classes or numbers; an index keeps its range,
+    so it may only repeat one of its own elements (and a unique index not even that)."""
+    plants = domain.get("plant", [])
+    _need(isinstance(plants, list) and all(p in values.PLANTS or (isinstance(p, (int, float)) and not isinstance(p, bool))
+                                           for p in plants),
+          f"{where}.domain.plant={plants!r}: each must be a number or one of {', '.join(values.PLANTS)}")
+    if domain["kind"] in ("index", "unique_index"):
+        allowed = [] if domain["kind"] == "unique_index" else ["duplicate"]
+        _need(all(p in allowed for p in plants),
+              f"{where}.domain.plant={plants!r}: a {domain['kind']} input may plant only {allowed}")
 
 
 def _check_data(spec: dict, where: str) -> None:

@@ -171,6 +171,75 @@ def _unique_index(shape, high: int, dim: int, gen) -> torch.Tensor:
     return perm.movedim(-1, dim).contiguous()
 
 
+# Classes an input's domain may plant (`"plant": [...]`, besides exact numbers): the edges of
+# ops.edges.VALUE_CLASSES, each made in the input's own dtype.
+PLANTS = ("nan", "inf", "-inf", "+0", "-0", "subnormal", "negative", "max", "int min", "exp overflow",
+          "exp underflow", "-exp overflow", "no fraction", "tie", "all true", "all false", "duplicate")
+# Classes only a float dtype holds, and only an integer one.
+FLOAT_PLANTS = frozenset({"nan", "inf", "-inf", "-0", "subnormal", "exp overflow", "exp underflow",
+                          "-exp overflow", "no fraction", "tie"})
+INT_PLANTS = frozenset({"int min"})
+
+
+def plantable(plant, dtype: torch.dtype) -> bool:
+    """Whether an input of `dtype` can hold `plant` (a PLANTS name or a number)."""
+    if dtype == torch.bool:
+        return plant in ("all true", "all false")
+    if isinstance(plant, (int, float)) and not isinstance(plant, bool):
+        return dtype.is_floating_point or float(plant).is_integer()
+    if plant in FLOAT_PLANTS:
+        return dtype.is_floating_point
+    if plant in INT_PLANTS:
+        return not dtype.is_floating_point
+    return plant in PLANTS
+
+
+def plant_value(plant, dtype: torch.dtype) -> float:
+    """The element that puts an input of `dtype` in class `plant` (the dtype's own thresholds)."""
+    if isinstance(plant, (int, float)):
+        return plant
+    if not dtype.is_floating_point:
+        info = torch.iinfo(dtype)
+        return {"+0": 0, "negative": -3, "max": info.max, "int min": info.min}[plant]
+    info = torch.finfo(dtype)
+    return {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "+0": 0.0, "-0": -0.0,
+            "subnormal": info.tiny / 4, "negative": -1.5, "max": info.max,
+            "exp overflow": math.log(info.max) + 1.0, "exp underflow": math.log(info.tiny) - 1.0,
+            "-exp overflow": -math.log(info.max) - 1.0, "no fraction": 1.5 / info.eps, "tie": 2.5}[plant]
+
+
+def plant(view: torch.Tensor, plants) -> None:
+    """Write each of `plants` into `view` in place: plant number i at the i-th of evenly spread
+    memory elements of the view (an op meets its edge at its own input, not only somewhere
+    upstream; a broadcast view's elements share memory, so the spread is over distinct ones);
+    "all true" / "all false" fill the view, "duplicate" copies one element onto the next."""
+    if not view.numel():
+        return
+    elements = _distinct_elements(view)
+    spread = max(len(elements) // max(len(plants), 1), 1)
+    for i, name in enumerate(plants):
+        at = elements[(i * spread) % len(elements)]
+        if name in ("all true", "all false"):
+            view.fill_(name == "all true")
+        elif name == "duplicate":
+            if len(elements) > 1:
+                view[elements[(i * spread + 1) % len(elements)]] = view[at].clone()
+        else:
+            view[at] = plant_value(name, view.dtype)
+
+
+def _distinct_elements(view: torch.Tensor) -> list:
+    """An index of `view` for each distinct memory element it reads, in row-major order."""
+    coords = torch.unravel_index(torch.arange(view.numel()), view.shape) if view.dim() else ()
+    offsets = sum((c * s for c, s in zip(coords, view.stride())), torch.zeros(view.numel(), dtype=torch.long))
+    seen, found = set(), []
+    for k, offset in enumerate(offsets.tolist()):
+        if offset not in seen:
+            seen.add(offset)
+            found.append(tuple(int(c[k]) for c in coords))
+    return found
+
+
 def encode(storage: torch.Tensor) -> str:
     """Explicit storage values as base64 text (for reduced or hand-written cases)."""
     raw = storage.contiguous().view(torch.uint8) if storage.dtype != torch.bool else storage.to(torch.uint8)

@@ -7,6 +7,8 @@ number in its place in the call).
 
     >>> cells_met(case)
     {('reciprocal', 'x0=+0'), ('sum', 'no dim'), ...}
+    >>> meant_reached(case)            # the cells the generator meant (case.values["meant"])
+    [('reciprocal', 'x0=+0', True), ...]
 """
 from __future__ import annotations
 
@@ -40,11 +42,36 @@ def operands_of(node: dict, env: dict) -> list:
     return operands
 
 
-def cells_met(case) -> set:
-    """(op name, edge label) for every declared edge some node of `case` meets at its operands."""
-    found = set()
+def cells_met_by_node(case) -> dict:
+    """node id -> the labels of its op's declared edges that node meets at its own operands."""
+    found = {}
     for node, env in case.eager_steps():
         spec = get_op(node["op"])
         operands = operands_of(node, env)
-        found |= {(spec.name, edge.label) for edge in declared_edges(spec) if met(edge, operands, node.get("attrs", {}))}
+        found[node["id"]] = {edge.label for edge in declared_edges(spec) if met(edge, operands, node.get("attrs", {}))}
     return found
+
+
+def cells_met(case) -> set:
+    """(op name, edge label) for every declared edge some node of `case` meets at its operands."""
+    ops = {node["id"]: node["op"] for node in case.nodes}
+    return {(ops[node_id], label) for node_id, labels in cells_met_by_node(case).items() for label in labels}
+
+
+def meant_cells(case) -> list:
+    """(node id, op name, edge label) for each cell the case meant to meet (the generator records
+    them in the case's values as "meant": [[node id, label], ...]); a cell whose node is gone (a
+    reduced case) or whose op declares no such edge is left out."""
+    ops = {node["id"]: node["op"] for node in case.nodes}
+    found = []
+    for node_id, label in case.values.get("meant", []):
+        if node_id in ops and label in {edge.label for edge in declared_edges(get_op(ops[node_id]))}:
+            found.append((node_id, ops[node_id], label))
+    return found
+
+
+def meant_reached(case) -> list:
+    """(op name, edge label, reached) for each cell the case meant: reached when the very node that
+    meant it meets it at its own operands, in eager."""
+    by_node = cells_met_by_node(case)
+    return [(op, label, label in by_node.get(node_id, ())) for node_id, op, label in meant_cells(case)]

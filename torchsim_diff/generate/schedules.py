@@ -21,12 +21,13 @@ import collections
 import hashlib
 import random
 
-RANDOM_SHARE = 0.05
-# An op with unmet options weighs 1 + unmet / UNMET_PER_NODE in the op schedule (a node meets
-# about this many options at once: an operand form and the classes of its operands), at most
-# MAX_OP_WEIGHT, so that ops of many options do not crowd out the rest.
-UNMET_PER_NODE = 3.0
-MAX_OP_WEIGHT = 4.0
+from torchsim_diff.generate.policy import DEFAULT, GenPolicy
+
+# The knobs are the generation policy's (generate.policy): random_share; an op with unmet options
+# weighs 1 + unmet / unmet_per_node in the op schedule (a node meets about this many options at
+# once: an operand form and the classes of its operands), at most max_op_weight, so that ops of
+# many options do not crowd out the rest.
+RANDOM_SHARE = DEFAULT.random_share
 
 
 def _memo_key(key: str) -> bytes:
@@ -57,9 +58,12 @@ class CoverageSchedule:
     weigh more (UNMET_PER_NODE).
     """
 
-    def __init__(self, ops, arguments: ArgumentSchedule | None = None):
-        self.ops = list(ops)
+    def __init__(self, ops, arguments: ArgumentSchedule | None = None, policy: GenPolicy = DEFAULT):
+        # By name, not registry order: the registry lists a family first when its module was
+        # imported before the others, and a seed must give the same cases whatever was imported.
+        self.ops = sorted(ops, key=lambda op: op.name)
         self.arguments = arguments
+        self.policy = policy
         self.counts = collections.Counter()
         self._ops_by_ticket: dict = {}
         self._counted: set = set()
@@ -69,7 +73,7 @@ class CoverageSchedule:
         memo = _memo_key(ticket)
         if memo not in self._ops_by_ticket:
             rng = random.Random(ticket)
-            if rng.random() < RANDOM_SHARE:
+            if rng.random() < self.policy.random_share:
                 op = rng.choice(self.ops)
             else:
                 op = self._least_drawn_op(collections.Counter(node["op"] for node in nodes), rng)
@@ -85,7 +89,7 @@ class CoverageSchedule:
 
     def _weight(self, op) -> float:
         unmet = self.arguments.unmet(op.name) if self.arguments else 0
-        return min(1.0 + unmet / UNMET_PER_NODE, MAX_OP_WEIGHT)
+        return min(1.0 + unmet / self.policy.unmet_per_node, self.policy.max_op_weight)
 
     def record(self, case, tickets=None) -> None:
         """Count the ops of a finished case: each node once per distinct ticket (its key),
@@ -100,12 +104,14 @@ class ArgumentSchedule:
     """Coverage-guided argument values (module docstring).
 
     A slot is one choice an op's build makes at its own level (not inside drawing an
-    operand), named by the op and the line that makes it: "var@reductions.py:67". `choose` gives the option for a slot and
+    operand), named by the op, the function that makes it and the line within that function:
+    "var@_build_var+4" (lines added elsewhere in the module leave it as it is). `choose` gives the option for a slot and
     a key; weights keep the shares an op asked for (draw_bool(0.2) stays about one in five)
     while every option comes up within the first few draws of its slot.
     """
 
-    def __init__(self):
+    def __init__(self, policy: GenPolicy = DEFAULT):
+        self.policy = policy
         self.counts = collections.Counter()       # (slot, repr(option)) -> distinct keys that chose it
         self._by_key: dict = {}
         self._counted: set = set()
@@ -125,7 +131,7 @@ class ArgumentSchedule:
             rng = random.Random(key)
             weight = dict(zip(map(repr, options), weights or [1.0] * len(options)))
             pending = pending or {}
-            if rng.random() < RANDOM_SHARE:
+            if rng.random() < self.policy.random_share:
                 index = rng.randrange(len(options))
             else:
                 best = _least_drawn(options, lambda o: self.counts[(slot, repr(o))] + pending.get((slot, repr(o)), 0),

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import random
 
-# A graph has the largest of three draws of 1..GRAPH_NODES nodes. At 8, each op met about four
-# fresh nodes in a 150-case campaign, too few for its operand forms and value classes; at 12,
-# the round-2 bug zoo's hit rate over twelve seeds went from 82% to 92%.
-GRAPH_NODES = 12
-VALUE_TAIL_PERCENT = 20
-SIZE_TAIL_PERCENT = 25
+from torchsim_diff.generate.policy import GenPolicy, active_policy
+
+# The knobs live in the generation policy (generate.policy); these names are the active
+# policy's, read once at import (the CLI's defaults).
+_POLICY = active_policy()
+# A graph has the largest of three draws of 1..GRAPH_NODES nodes.
+GRAPH_NODES = _POLICY.graph_nodes
 # Special values (NaN, +-Inf, -0.0, subnormals, huge magnitudes) among a case's float inputs:
 # "mix" (the default) puts this share of float cases there, "always" every case, "off" none.
-SPECIAL_PERCENT = 12
+SPECIAL_PERCENT = _POLICY.special_percent
 SPECIAL_MODES = ("off", "mix", "always")
 
 
@@ -39,8 +40,9 @@ def special_mode(value) -> str:
     return value
 
 
-def switches(seed: int, value_tails) -> tuple:
+def switches(seed: int, value_tails, policy: GenPolicy | None = None) -> tuple:
     """(value tail or None, odd sizes?) for a case of `seed`; `value_tails` are the dtype's."""
+    policy = policy or _POLICY
     rng = random.Random(seed)
-    tail = rng.choice(value_tails) if value_tails and rng.random() < VALUE_TAIL_PERCENT / 100 else None
-    return tail, rng.random() < SIZE_TAIL_PERCENT / 100
+    tail = rng.choice(value_tails) if value_tails and rng.random() < policy.value_tail_percent / 100 else None
+    return tail, rng.random() < policy.size_tail_percent / 100

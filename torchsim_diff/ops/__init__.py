@@ -87,9 +87,9 @@ def register(spec: OpSpec) -> OpSpec:
 def declare_edges(edges_by_op: dict) -> None:
     """Give registered ops their edges (op name -> edges, as OpSpec.edges takes them).
 
-    Family modules declare them after all their builds, not in each register call: the argument
-    schedule names its slots by the file and line of the build that draws (generate/strategies.py),
-    so lines added above a build would change every case a seed gives."""
+    Family modules declare them after all their builds, in one table with a comment naming what
+    was read. (The argument schedule names its slots by the function that draws and the line within
+    it, so moving the edges into the register calls would no longer change the cases a seed gives.)"""
     for name, edges in edges_by_op.items():
         spec = _REGISTRY.get(name)
         if spec is None:
