@@ -154,5 +154,5 @@ def test_a_bad_override_names_the_knob(monkeypatch, text, fragment):
 
 
 def test_forms_an_edge_node_makes_are_forms_the_census_knows():
-    from torchsim_diff.generate.strategies import LAYOUT_FORMS, SHAPE_FORMS
+    from torchsim_diff.generate.edge_placement import LAYOUT_FORMS, SHAPE_FORMS
     assert set(LAYOUT_FORMS) | set(SHAPE_FORMS) <= set(FORMS)

@@ -19,26 +19,24 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import copy
 import dataclasses
 import functools
-import math
 import sys
-import warnings
 
 import torch
 from hypothesis import strategies as st
 
-from torchsim_diff.case import layout, values
+from torchsim_diff.case import layout
 from torchsim_diff.case.graph import SCHEMA, Case
 from torchsim_diff.case.values import SPECIAL_TAIL, TAIL_DOMAINS
 from torchsim_diff.ops import FAMILIES, all_ops, ops_in
 from torchsim_diff.case.program_check import eval_expression
-from torchsim_diff.generate.edge_reach import cells_met_by_node, declared_edges, operands_of
+from torchsim_diff.generate.domains import FLOAT_DTYPES, INT_DTYPES, SATISFIES, TAILED_KINDS  # noqa: F401 - read here by callers
+from torchsim_diff.generate.edge_placement import EdgePlacement, cells_reached
+from torchsim_diff.generate.input_layouts import draw_geometry
 from torchsim_diff.generate.policy import DEFAULT, GenPolicy, InvalidPolicy, active_policy
 from torchsim_diff.generate.schedules import ArgumentSchedule, CoverageSchedule
 from torchsim_diff.generate.switches import InvalidSwitch, special_mode, switches
-from torchsim_diff.ops.edges import FLOAT_ONLY_CLASSES, ArgShape, ArgValue, Form, Value as EdgeValue, met
 
 # The knobs are the generation policy's (generate.policy); these names are its defaults.
 SIZES, ODD_SIZES, MAX_NUMEL = DEFAULT.sizes, DEFAULT.odd_sizes, DEFAULT.max_numel
@@ -50,23 +48,9 @@ CASE_TAILS = tuple(t for t in VALUE_TAILS if t != SPECIAL_TAIL)
 # weighs the policy's ordinary_weight tails in the schedule: an op's first draw is ordinary, its
 # next ones go round the tails.
 ORDINARY = "ordinary"
-EDGE_SLOT = "case:edge node"      # the ArgumentSchedule's slot for "this node means edges"
 # Operand forms an edge node makes by drawing the operand's layout again (draw_geometry's class).
-LAYOUT_FORMS = {"stride 0": "broadcast", "permuted": "transposed", "non-contiguous": "sliced", "offset": "offset"}
 # Operand forms an edge node makes with a new input of another shape, where the op takes it.
-SHAPE_FORMS = ("0-d", "one element", "size-1 dim")
-INDEX_DOMAINS = ("index", "unique_index")
-TAILED_KINDS = frozenset().union(*TAIL_DOMAINS.values())
-FLOAT_DTYPES = ("float32", "float16", "bfloat16")
-INT_DTYPES = ("int32", "int64")
 # A value domain satisfies a requirement when it is a subset of it.
-SATISFIES = {
-    "real": {"real", "positive", "nonzero", "small"},
-    "positive": {"positive"},
-    "nonzero": {"nonzero", "positive"},
-    "small": {"small"},
-    "bool": {"bool"},
-}
 VIEW_OPS = {"transpose", "permute", "reshape", "view", "slice", "narrow", "expand", "unsqueeze",
             "squeeze", "contiguous", "select"}
 
@@ -108,7 +92,7 @@ def _operand(method):
     return wrapper
 
 
-class GraphBuilder:
+class GraphBuilder(EdgePlacement):
     """What an op's `build` uses to draw operands and attributes.
 
     arguments, history: with an ArgumentSchedule, the choices an op's build makes at its own
@@ -460,252 +444,6 @@ class GraphBuilder:
         self._avoid = frozenset()
         self._record_result(spec, node_id, args, result)
 
-    # -- edges at the op's own operands (#50) -------------------------------------------
-    def _edges_meant(self, spec) -> tuple:
-        """The edges this node means to meet at its own operands: none for most nodes; for the
-        policy's edge share of nodes (scheduled, so the share holds), edges_per_node of the op's
-        cells, each the one meant least so far (the schedule's rule): every cell of every op
-        comes up within a campaign; then, for an operand one of them plants a value in, more of
-        that operand's value cells (plants_per_operand). (edges, how many were scheduled first)."""
-        if self.arguments is None:
-            return [], 0
-        edges = {edge.label: edge for edge in declared_edges(spec) if self._edge_is_cell(edge)}
-        if not edges:
-            return [], 0
-        slot = f"{spec.name}:edge"
-        self.arguments.offer(slot, list(edges))
-        share = self.policy.edge_percent
-        if not self._choose(EDGE_SLOT, [False, True], [100 - share, share]):
-            return [], 0
-        chosen: list = []
-        for _ in range(min(self.policy.edges_per_node, len(edges))):
-            chosen.append(self._choose(slot, [label for label in edges if label not in chosen]))
-        primary = len(chosen)
-        for operand in sorted({edges[label].operand for label in chosen if isinstance(edges[label], EdgeValue)}):
-            more = [label for label, edge in edges.items() if isinstance(edge, EdgeValue) and edge.operand == operand]
-            while sum(1 for label in chosen if label in more) < min(self.policy.plants_per_operand, len(more)):
-                chosen.append(self._choose(slot, [label for label in more if label not in chosen]))
-        return [edges[label] for label in chosen], primary
-
-    def _count_cells_met(self, spec, args, attrs, meant) -> None:
-        """Count, as drawn in the op's edge slot, the cells this node meets on meta tensors (forms,
-        arguments, shapes) and the values it planted, so that the cells meant next are those no
-        node has met yet."""
-        if self.arguments is None:
-            return
-        metas = {name: v.meta for name, v in self.values.items()}
-        try:
-            operands = operands_of({"op": spec.name, "args": list(args), "attrs": attrs}, metas)
-        except Exception:  # noqa: BLE001 - judged in eager later; nothing to count here
-            return
-        cells = {edge.label for edge in meant if isinstance(edge, EdgeValue)}
-        cells |= {edge.label for edge in declared_edges(spec)
-                  if self._edge_is_cell(edge) and not isinstance(edge, EdgeValue) and _met_on_meta(edge, operands, attrs)}
-        slot = f"{spec.name}:edge"
-        for label in sorted(cells):
-            self.choices.append((slot, label, f"{slot}|met {label}|{len(self.nodes)}|{self.history!r}"))
-
-    def _edge_is_cell(self, edge) -> bool:
-        """Integer cases hold none of the float-only value classes (as the edge census counts)."""
-        return not (self.dtype in INT_DTYPES and isinstance(edge, EdgeValue) and edge.value in FLOAT_ONLY_CLASSES)
-
-    def _build(self, spec, edges):
-        """(args, attrs, labels of the values planted) of the op's build, with `edges` placed: the first build is scheduled,
-        later ones (up to the policy's edge_tries) draw freely until one meets every edge; the
-        build that placed most is kept. Each build is a plain build, valid by construction; a
-        placement that would make the node invalid is dropped."""
-        if not edges:
-            return (*spec.build(self), set())
-        start, best = self._snapshot(), None
-        for attempt in range(self.policy.edge_tries):
-            if attempt:
-                self._restore(start)
-            self._free = attempt > 0
-            args, attrs = spec.build(self)
-            args, attrs, placed, planted = self._place(spec, edges, list(args), dict(attrs), len(start[0]))
-            if placed is not None and (best is None or placed > best[0]):
-                best = (placed, self._snapshot(), args, attrs, planted)
-            if placed == len(edges):
-                break
-        self._free = False
-        if best is None:
-            self._restore(start)
-            return (*spec.build(self), set())
-        self._restore(best[1])
-        return best[2], best[3], best[4]
-
-    def _snapshot(self) -> tuple:
-        return (copy.deepcopy(self.inputs), dict(self.values), set(self.consumed), list(self.choices))
-
-    def _restore(self, snapshot) -> None:
-        inputs, by_name, consumed, choices = snapshot
-        self.inputs, self.values = copy.deepcopy(inputs), dict(by_name)
-        self.consumed, self.choices = set(consumed), list(choices)
-        self._avoid = frozenset()
-
-    def _place(self, spec, edges, args, attrs, inputs_before: int):
-        """Put `edges` at the node's own operands: plant a value in the input that feeds the op
-        (a new input in place of a value from the graph), draw an operand's layout again, or
-        check on meta tensors that the build's arguments, shapes and forms meet the edge.
-        (args, attrs, edges placed, labels of the values planted); placed None when the node would
-        not run."""
-        fresh = {spec_in["name"] for spec_in in self.inputs[inputs_before:]}
-        planted = set()
-        for edge in edges:
-            if isinstance(edge, EdgeValue):
-                if self._plant(spec, edge, args, attrs):
-                    planted.add(edge.label)
-            elif isinstance(edge, Form) and edge.form in LAYOUT_FORMS:
-                self._relayout(spec, edge, args, attrs, fresh)
-            elif isinstance(edge, Form) and edge.form in SHAPE_FORMS:
-                self._reshape(spec, edge, args, attrs)
-        metas = {name: v.meta for name, v in self.values.items()}
-        try:
-            eval_expression(spec.emit(list(args), attrs), {"torch": torch, **metas})
-            operands = operands_of({"op": spec.name, "args": args, "attrs": attrs}, metas)
-        except Exception:  # noqa: BLE001 - a placement the op refuses: this build is not kept
-            return args, attrs, None, set()
-        placed = len(planted) + sum(_met_on_meta(edge, operands, attrs) for edge in edges
-                                    if not isinstance(edge, EdgeValue))
-        return args, attrs, placed, planted
-
-    def _operand_slot(self, args, attrs, position: int):
-        """("arg", j) or ("scalar", None) for operand `position` of the torch call, in the order
-        edge_reach reads operands; None past the last."""
-        slots = [("arg", j) for j in range(len(args))]
-        if "scalar" in attrs:
-            slots.insert(len(slots) - 1 if attrs.get("scalar_side") == "left" else len(slots), ("scalar", None))
-        return slots[position] if position < len(slots) else None
-
-    def _plant(self, spec, edge, args, attrs) -> bool:
-        slot = self._operand_slot(args, attrs, edge.operand)
-        if slot is None:
-            return False
-        if slot[0] == "scalar":
-            return self._plant_scalar(edge.value, attrs)
-        name = self._feeding_input(spec, args, slot[1], fresh=None)
-        if name is None:
-            return False
-        spec_in = next(i for i in self.inputs if i["name"] == name)
-        domain, dtype = spec_in["domain"], layout.dtype_of(spec_in["dtype"])
-        if domain["kind"] in INDEX_DOMAINS and not (domain["kind"] == "index" and edge.value == "duplicate"):
-            return False
-        if not values.plantable(edge.value, dtype) or not _stays_in_domain(edge.value, domain["kind"], dtype):
-            return False
-        distinct = math.prod(n for n, stride in zip(spec_in["shape"], spec_in["layout"]["strides"]) if stride)
-        if len(domain.get("plant", [])) >= distinct:
-            return False            # each plant needs a memory element of its own
-        spec_in["domain"] = {**domain, "plant": [*domain.get("plant", []), edge.value]}
-        return True
-
-    def _plant_scalar(self, value, attrs) -> bool:
-        """A Python number in the call: the class's value judged as eager judges a number (float64,
-        int64), of the number's own type; only finite ones (the program writes it as a literal),
-        and no integer 0 (an integer division by it raises)."""
-        old = attrs["scalar"]
-        is_int = isinstance(old, int) and not isinstance(old, bool)
-        dtype = torch.int64 if is_int else torch.float64
-        if not values.plantable(value, dtype):
-            return False
-        number = values.plant_value(value, dtype)
-        if not math.isfinite(number) or (is_int and (not float(number).is_integer() or number == 0)):
-            return False
-        attrs["scalar"] = int(number) if is_int else float(number)
-        return True
-
-    def _feeding_input(self, spec, args, j: int, fresh) -> str | None:
-        """The input that feeds operand `args[j]` directly: itself when it is an input (and, when
-        `fresh` is given, one this build made and uses once), else a new input of its shape, dtype
-        and domain in its place; None for a written operand or an index made by the graph."""
-        name = args[j]
-        value = self.values[name]
-        own = value.is_input and (fresh is None or (name in fresh and args.count(name) == 1))
-        if own:
-            return name
-        if spec.mutates and j == 0 or value.domain in INDEX_DOMAINS or value.domain not in SATISFIES:
-            return None
-        self._depth += 1
-        try:
-            dtype = layout.dtype_name(value.meta.dtype)
-            tail = dtype in FLOAT_DTYPES and value.domain in TAILED_KINDS
-            args[j] = self._add_input(list(value.meta.shape), dtype, self._domain(value.domain, tail),
-                                      mutable=False, value_domain=value.domain)
-        finally:
-            self._depth -= 1
-        return args[j]
-
-    def _reshape(self, spec, edge, args, attrs) -> None:
-        """A new input of the form's shape (0-d, all ones, one dim of 1) in place of operand
-        `edge.operand`, kept only where the op still runs with it (broadcasting takes most)."""
-        slot = self._operand_slot(args, attrs, edge.operand)
-        if slot is None or slot[0] == "scalar" or (spec.mutates and slot[1] == 0):
-            return
-        j = slot[1]
-        value = self.values[args[j]]
-        if value.domain in INDEX_DOMAINS or value.domain not in SATISFIES:
-            return
-        shape = list(value.meta.shape)
-        wide = [d for d, n in enumerate(shape) if n > 1]
-        new_shape = {"0-d": [], "one element": [1] * max(len(shape), 1),
-                     "size-1 dim": [1 if wide and d == wide[-1] else n for d, n in enumerate(shape)] or [1]}[edge.form]
-        if new_shape == shape:
-            return
-        inputs, by_name, old = list(self.inputs), dict(self.values), args[j]
-        self._depth += 1
-        try:
-            dtype = layout.dtype_name(value.meta.dtype)
-            tail = dtype in FLOAT_DTYPES and value.domain in TAILED_KINDS
-            args[j] = self._add_input(new_shape, dtype, self._domain(value.domain, tail), mutable=False,
-                                      value_domain=value.domain)
-        finally:
-            self._depth -= 1
-        if not self._runs_in_eager(spec, args, attrs):
-            self.inputs, self.values, args[j] = inputs, by_name, old
-
-    def _runs_in_eager(self, spec, args, attrs) -> bool:
-        """Whether the node runs in eager on tensors of its operands' shapes and strides (ones, an
-        index 0): meta kernels take some calls eager refuses (argsort of a 0-d tensor along dim 1)."""
-        env = {}
-        for name in set(args):
-            value = self.values[name]
-            meta = value.meta
-            fill = 0 if value.domain in INDEX_DOMAINS else 1
-            env[name] = torch.empty_strided(meta.shape, meta.stride(), dtype=meta.dtype).fill_(fill)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                eval_expression(spec.emit(list(args), attrs), {"torch": torch, **env})
-        except Exception:  # noqa: BLE001 - the op refuses these operands
-            return False
-        return True
-
-    def _relayout(self, spec, edge, args, attrs, fresh) -> None:
-        """Draw the layout of the input feeding operand `edge.operand` again, in the form's layout class."""
-        slot = self._operand_slot(args, attrs, edge.operand)
-        if slot is None or slot[0] == "scalar":
-            return
-        name = self._feeding_input(spec, args, slot[1], fresh=fresh)
-        if name is None:
-            return
-        spec_in = next(i for i in self.inputs if i["name"] == name)
-        aliasing_ok = not (spec_in["mutated"] or spec_in["domain"]["kind"] == "unique_index")
-        primary = LAYOUT_FORMS[edge.form]
-        if not aliasing_ok and primary in ("broadcast", "overlapping"):
-            return
-        shape = list(spec_in["shape"])
-        self._depth += 1
-        try:
-            geometry = draw_geometry(self, shape, aliasing_ok=aliasing_ok, primary=primary)
-        finally:
-            self._depth -= 1
-        classes = layout.layout_classes(shape, geometry["strides"], geometry["offset"], geometry["storage_size"],
-                                        spec_in["mutated"])
-        spec_in["layout"] = {"classes": classes, **geometry}
-        old = self.values[name]
-        meta = torch.empty(geometry["storage_size"], dtype=old.meta.dtype, device="meta")
-        self.values[name] = dataclasses.replace(old, meta=meta.as_strided(shape, geometry["strides"],
-                                                                          geometry["offset"]))
-
     def _record_result(self, spec, node_id, args, result) -> None:
         first = self.values[args[0]] if args else None
         domain = spec.result_domain
@@ -734,103 +472,6 @@ class GraphBuilder:
             case_values["meant"] = [list(cell) for cell in self.meant]
         return Case(dtype=self.dtype, inputs=self.inputs, nodes=self.nodes, outputs=outputs,
                     values=case_values, schema=SCHEMA)
-
-
-def _cells_reached(case: Case, tickets: list) -> list:
-    """The (op, edge) cells each node of `case` met at its own operands, run in eager
-    (edge_reach), as choices of the op's edge slot: the schedule means next the cells no case has
-    reached yet, values included, which meta tensors cannot tell. Keyed by the node's ticket, so a
-    node Hypothesis repeats in many cases counts once."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            by_node = cells_met_by_node(case)
-    except Exception:  # noqa: BLE001 - the eager self-check reports a case eager refuses
-        return []
-    choices = []
-    for node, ticket in zip(case.nodes, tickets):
-        slot = f"{node['op']}:edge"
-        choices += [(slot, label, f"{slot}|reached {label}|{node['id']}|{ticket}")
-                    for label in sorted(by_node.get(node["id"], ()))]
-    return choices
-
-
-def _stays_in_domain(plant, kind: str, dtype: torch.dtype) -> bool:
-    """Whether an integer input keeps its domain with `plant` in it (an integer division by 0, or
-    an integer to a negative power, raises in eager); a float input takes any value."""
-    if dtype.is_floating_point or dtype == torch.bool or kind in ("real", "small"):
-        return True
-    number = values.plant_value(plant, dtype) if isinstance(plant, str) and plant not in ("duplicate",) else plant
-    if plant == "duplicate":
-        return True
-    return number > 0 if kind == "positive" else number != 0
-
-
-def _met_on_meta(edge, operands, attrs) -> bool:
-    """`met` on meta operands: a condition that reads values cannot be judged there and counts as unmet."""
-    try:
-        return bool(met(edge, operands, attrs))
-    except Exception:  # noqa: BLE001 - meta tensors hold no values
-        return False
-
-
-def draw_geometry(b: GraphBuilder, shape, *, aliasing_ok: bool, primary: str | None = None) -> dict:
-    """Strides, storage offset and storage size for a new input of `shape`.
-
-    aliasing_ok=False (written inputs, indices that must stay distinct) excludes
-    broadcast and overlapping layouts. primary: the layout class to draw (an edge node's
-    operand form), else drawn among the builder's classes.
-    """
-    rank = len(shape)
-    options = [c for c in b.layout_classes if c not in ("inout", "contiguous")]
-    if not aliasing_ok:
-        options = [c for c in options if c not in ("broadcast", "overlapping")]
-    if rank != 4:
-        options = [c for c in options if c != "channels_last"]
-    if primary is None:
-        primary = b.draw_choice(["contiguous", *options]) if options else "contiguous"
-    order = list(range(rank))
-    steps, pads = [1] * rank, [0] * rank
-    if primary == "transposed" and rank >= 2:
-        order = b.draw_permutation(rank)
-        if order == sorted(order):
-            order = order[::-1]
-    if primary == "channels_last":
-        order = [0, 2, 3, 1]
-    if primary == "sliced" and rank:
-        for d in range(rank):
-            steps[d] = b.draw_int(1, 3)
-            pads[d] = b.draw_int(0, 2)
-        steps[b.draw_int(0, rank - 1)] = 2
-    strides = _strides_for(shape, order, steps, pads)
-    if primary == "broadcast" and rank:
-        for d in b.draw(st.sets(st.integers(0, rank - 1), min_size=1)):
-            strides[d] = 0
-    if primary == "overlapping":
-        strides = _overlapping_strides(b, shape, strides)
-    offset = b.draw_int(1, 9) if primary == "offset" or b.draw_bool(0.15) else 0
-    storage = offset + layout.span(shape, strides) + b.draw_int(0, 3)
-    return {"strides": strides, "offset": offset, "storage_size": max(storage, 1)}
-
-
-def _strides_for(shape, order, steps, pads) -> list:
-    """Strides when dims are laid out in `order` (outermost first), each dim `steps`
-    apart with `pads` extra elements of slack."""
-    strides, step = [0] * len(shape), 1
-    for d in reversed(order):
-        strides[d] = step * steps[d]
-        step *= max(shape[d] * steps[d] + pads[d], 1)
-    return strides
-
-
-def _overlapping_strides(b: GraphBuilder, shape, strides) -> list:
-    wide = [d for d in range(len(shape) - 1) if shape[d] > 1 and strides[d] > 1]
-    if not wide:
-        return strides
-    d = b.draw_choice(wide)
-    strides = list(strides)
-    strides[d] = max(1, strides[d] // b.draw_int(2, 4))
-    return strides
 
 
 # -- the public strategy -------------------------------------------------------------------
@@ -916,7 +557,7 @@ def cases(*, dtype: str = "float32", min_nodes: int = 1, max_nodes: int | None =
         case = builder.case(seed=seed, special=special)
         schedule.record(case, tickets)
         # A case Hypothesis draws again counts once; its cells are not run again.
-        reached = _cells_reached(case, tickets) if case.case_id not in seen else []
+        reached = cells_reached(case, tickets) if case.case_id not in seen else []
         seen.add(case.case_id)
         arguments.record(case, builder.choices + reached)
         return case
