@@ -14,10 +14,13 @@ from torchsim_diff.routes.base import Compiled, Route
 
 
 def _corrupt_first_element(t) -> None:
-    """Off by one in place (flipped, for a bool output such as a comparison's)."""
+    """Off by one in place (flipped, for a bool output such as a comparison's; 0 where it is
+    not finite, which one more leaves as it is)."""
     flat = t.view(-1)
     if t.dtype == torch.bool:
         flat[0] = ~flat[0]
+    elif t.dtype.is_floating_point and not torch.isfinite(flat[0]):
+        flat[0] = 0
     else:
         flat[0] += 1
 

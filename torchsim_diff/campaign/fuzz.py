@@ -119,6 +119,13 @@ def case_strategy(opts: CampaignOptions):
                  special_values=opts.special_values)
 
 
+def say_policy() -> None:
+    """The generation policy, once the campaign is sure to run: the header's line (stderr, as the
+    progress lines), never before a usage error's one line."""
+    from torchsim_diff.generate.policy import active_policy
+    print(f"torchsim-diff: {active_policy().describe()}", file=sys.stderr, flush=True)
+
+
 def run_campaign(opts: CampaignOptions) -> CampaignResult:
     """Run the campaign; KeyboardInterrupt ends it early with everything so far kept."""
     for name in opts.routes:
@@ -128,6 +135,7 @@ def run_campaign(opts: CampaignOptions) -> CampaignResult:
     os.makedirs(opts.out_dir, exist_ok=True)
     store = BucketStore(opts.bucket_store) if opts.bucket_store else None
     budget = Budget(opts.budget_s) if opts.budget_s else None
+    say_policy()
     progress = _progress(opts, budget, store)
     progress.start()
     try:

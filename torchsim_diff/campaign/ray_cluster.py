@@ -31,7 +31,7 @@ import tempfile
 import time
 
 from torchsim_diff.campaign.fuzz import (CampaignOptions, CampaignResult, case_strategy, load_known, new_reducer,
-                                         report_new_buckets)
+                                         report_new_buckets, say_policy)
 from torchsim_diff.generate.draws import LazyCases
 from torchsim_diff.results.record import Record
 from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
@@ -225,6 +225,7 @@ def run_ray_campaign(opts: CampaignOptions, address: str, shards: int | None = N
     if slots < 1:
         raise RayUnavailable(f"--ray {address}: the cluster has no CPU for actors")
     plan = plan_shards(opts.seed, opts.max_examples, shards or slots)
+    say_policy()
     return _with_outputs(opts, lambda driver: _dispatch(ray, opts, plan, slots, driver))
 
 

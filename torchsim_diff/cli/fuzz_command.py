@@ -33,13 +33,12 @@ def _default_out() -> str:
 def cmd_fuzz(args) -> int:
     """Run a campaign; print a summary table; exit with a status of EXIT_STATUS_HELP."""
     from torchsim_diff.campaign.fuzz import CampaignResult, settle_told
-    from torchsim_diff.generate.policy import InvalidPolicy, active_policy
+    from torchsim_diff.generate.policy import InvalidPolicy
     from torchsim_diff.generate.strategies import InvalidArgument
     opts = None
     try:
         _check_fuzz(args)
         opts = _campaign_options(args)
-        sys.stderr.write(f"torchsim-diff: {active_policy().describe()}\n")   # once the options are good
         result = _run_fuzz(opts, args)
     except (InvalidArgument, InvalidPolicy) as exc:
         raise UsageError(str(exc)) from None

@@ -21,6 +21,7 @@ from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.generate.domains import FLOAT_DTYPES, INDEX_DOMAINS, INT_DTYPES, SATISFIES, TAILED_KINDS
 from torchsim_diff.generate.edge_reach import cells_met_by_node, declared_edges, operands_of
 from torchsim_diff.generate.input_layouts import draw_geometry
+from torchsim_diff.ops.attrs import NUMBER
 from torchsim_diff.ops.edges import FLOAT_ONLY_CLASSES, Form, Value as EdgeValue, met
 
 EDGE_SLOT = "case:edge node"      # the ArgumentSchedule's slot for "this node means edges"
@@ -120,7 +121,7 @@ class EdgePlacement:
         check on meta tensors that the build's arguments, shapes and forms meet the edge.
         (args, attrs, edges placed, labels of the values planted); placed None when the node would
         not run."""
-        fresh = {spec_in["name"] for spec_in in self.inputs[inputs_before:]}
+        fresh = {fed_input["name"] for fed_input in self.inputs[inputs_before:]}
         planted = set()
         for edge in edges:
             if isinstance(edge, EdgeValue):
@@ -157,22 +158,23 @@ class EdgePlacement:
         name = self._feeding_input(spec, args, slot[1], fresh=None)
         if name is None:
             return False
-        spec_in = next(i for i in self.inputs if i["name"] == name)
-        domain, dtype = spec_in["domain"], layout.dtype_of(spec_in["dtype"])
+        fed_input = next(i for i in self.inputs if i["name"] == name)
+        domain, dtype = fed_input["domain"], layout.dtype_of(fed_input["dtype"])
         if domain["kind"] in INDEX_DOMAINS and not (domain["kind"] == "index" and edge.value == "duplicate"):
             return False
         if not values.plantable(edge.value, dtype) or not _stays_in_domain(edge.value, domain["kind"], dtype):
             return False
-        distinct = math.prod(n for n, stride in zip(spec_in["shape"], spec_in["layout"]["strides"]) if stride)
+        distinct = math.prod(n for n, stride in zip(fed_input["shape"], fed_input["layout"]["strides"]) if stride)
         if len(domain.get("plant", [])) >= distinct:
             return False            # each plant needs a memory element of its own
-        spec_in["domain"] = {**domain, "plant": [*domain.get("plant", []), edge.value]}
+        fed_input["domain"] = {**domain, "plant": [*domain.get("plant", []), edge.value]}
         return True
 
     def _plant_scalar(self, value, attrs) -> bool:
         """A Python number in the call: the class's value judged as eager judges a number (float64,
         int64), of the number's own type; only finite ones (the program writes it as a literal),
-        and no integer 0 (an integer division by it raises)."""
+        and no integer 0 (an integer division by it raises); and one a case file may hold (an
+        int64 minimum is no number attribute: ops.attrs.NUMBER)."""
         old = attrs["scalar"]
         is_int = isinstance(old, int) and not isinstance(old, bool)
         dtype = torch.int64 if is_int else torch.float64
@@ -181,7 +183,10 @@ class EdgePlacement:
         number = values.plant_value(value, dtype)
         if not math.isfinite(number) or (is_int and (not float(number).is_integer() or number == 0)):
             return False
-        attrs["scalar"] = int(number) if is_int else float(number)
+        number = int(number) if is_int else float(number)
+        if not NUMBER.accepts(number):
+            return False
+        attrs["scalar"] = number
         return True
 
     def _feeding_input(self, spec, args, j: int, fresh) -> str | None:
@@ -258,20 +263,20 @@ class EdgePlacement:
         name = self._feeding_input(spec, args, slot[1], fresh=fresh)
         if name is None:
             return
-        spec_in = next(i for i in self.inputs if i["name"] == name)
-        aliasing_ok = not (spec_in["mutated"] or spec_in["domain"]["kind"] == "unique_index")
+        fed_input = next(i for i in self.inputs if i["name"] == name)
+        aliasing_ok = not (fed_input["mutated"] or fed_input["domain"]["kind"] == "unique_index")
         primary = LAYOUT_FORMS[edge.form]
         if not aliasing_ok and primary in ("broadcast", "overlapping"):
             return
-        shape = list(spec_in["shape"])
+        shape = list(fed_input["shape"])
         self._depth += 1
         try:
             geometry = draw_geometry(self, shape, aliasing_ok=aliasing_ok, primary=primary)
         finally:
             self._depth -= 1
         classes = layout.layout_classes(shape, geometry["strides"], geometry["offset"], geometry["storage_size"],
-                                        spec_in["mutated"])
-        spec_in["layout"] = {"classes": classes, **geometry}
+                                        fed_input["mutated"])
+        fed_input["layout"] = {"classes": classes, **geometry}
         old = self.values[name]
         meta = torch.empty(geometry["storage_size"], dtype=old.meta.dtype, device="meta")
         self.values[name] = dataclasses.replace(old, meta=meta.as_strided(shape, geometry["strides"],
