@@ -509,3 +509,10 @@ def test_ctrl_c_during_a_reduction_does_not_wait_for_the_hanging_candidate(doubl
         signal.signal(signal.SIGINT, before)
     assert time.perf_counter() - started < 30.0
     assert all(checker.stopped for checker in evaluator.every_checker)
+
+
+def test_the_edge_cells_a_removed_node_meant_go_with_it(add_case):
+    from torchsim_diff.triage.case_edits import _candidate
+    data = add_case.to_dict()
+    data["values"] = {**data["values"], "meant": [["v2", "x0=nan"], ["v9", "x1 0-d"]]}
+    assert _candidate(data).values["meant"] == [["v2", "x0=nan"]]

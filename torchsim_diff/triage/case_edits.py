@@ -26,7 +26,12 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 # -- candidates --------------------------------------------------------------------------------
 def _candidate(data: dict):
-    """The candidate case, or None when the edit broke the schema (a mutated input overlapping...)."""
+    """The candidate case, or None when the edit broke the schema (a mutated input overlapping...).
+    The edge cells a node meant to meet (values.meant) go with the node."""
+    meant = data.get("values", {}).get("meant")
+    if meant:
+        kept = {node["id"] for node in data["nodes"]}
+        data["values"] = {**data["values"], "meant": [cell for cell in meant if cell[0] in kept]}
     try:
         return Case.from_dict(data)
     except CaseError:
