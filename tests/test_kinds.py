@@ -111,7 +111,7 @@ def test_kinds_imports_only_the_standard_library():
 
 # -- the modules ask the enum -------------------------------------------------------------
 # Wording, not meaning: an issue title quotes the message of a compile or runtime error.
-WORDING = {"report/bundles.py": "def _symptom("}
+WORDING = {"report/issue_title.py": "def _symptom("}
 
 
 def test_no_module_keeps_its_own_set_of_kinds():

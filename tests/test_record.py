@@ -235,7 +235,7 @@ def test_required_fields_are_what_the_tables_rely_on():
 NOT_RECORDS = {"node", "n", "data", "spec", "domain", "values", "vals", "view", "value", "lay", "i",
                "a", "arg", "meta", "triton_meta", "request", "launch",
                "message", "reply", "hello", "metrics",
-               "chosen", "row", "verdict"}
+               "chosen", "row", "verdict", "told"}
 READS_BY_KEY = re.compile(r'(\w+|\)|\])?(?:\[|\.get\()\s*["\'](' + "|".join(LINE_FIELDS) + r')["\']')
 
 

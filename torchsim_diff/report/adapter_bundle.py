@@ -154,19 +154,19 @@ def lead(bundle: str) -> list:
     """ISSUE.md's first lines for an adapter bundle: the construct, the pass that fails on it or
     lowers it (first), the command with the whole pass list, the reduced kernel, its provenance."""
     from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_PASSES
-    found = reduction(bundle)
-    if not found or not isinstance(found.get("lines"), list):
+    told = reduction(bundle)
+    if not told or not isinstance(told.get("lines"), list):
         return []
-    name = found.get("file") if found.get("file") in (KERNEL_FILE, REDUCED_FILE) else KERNEL_FILE
-    before, after = (found["lines"] + [0, 0])[:2]
-    construct = [c for c in found.get("construct", []) if isinstance(c, str)]
-    passes = {int(k): v for k, v in found.get("passes", {}).items() if str(k).isdigit() and int(k) < len(ADAPTER_PASSES)}
+    name = told.get("file") if told.get("file") in (KERNEL_FILE, REDUCED_FILE) else KERNEL_FILE
+    before, after = (told["lines"] + [0, 0])[:2]
+    construct = [c for c in told.get("construct", []) if isinstance(c, str)]
+    passes = {int(k): v for k, v in told.get("passes", {}).items() if str(k).isdigit() and int(k) < len(ADAPTER_PASSES)}
     shown = ", ".join(f"`{c}`" for c in construct[:3]) or "the ops below"
     out = [f"**Reduced kernel**: `{name}`, {after} lines of TTIR (the kernel as it reached the adapter had {before}). "
            + ("Every op and operand the failure does not need was removed, with triton-adapter-opt as the judge "
               "(the same first error; for a crash, at the same place in the adapter's code: the same innermost "
-              "frames of its stack dump)." if found.get("kind") == "compile_error" else _value_judge(found)), ""]
-    if found.get("kind") == "compile_error" and passes:
+              "frames of its stack dump)." if told.get("kind") == "compile_error" else _value_judge(told)), ""]
+    if told.get("kind") == "compile_error" and passes:
         at = min(passes)
         out += [f"The construct: {shown}. The pass that fails on it: `{ADAPTER_PASSES[at]}` "
                 f"(pass {at + 1} of {len(ADAPTER_PASSES)}; the passes before it convert the kernel without error).", ""]
@@ -181,7 +181,7 @@ def lead(bundle: str) -> list:
     text = _read(os.path.join(bundle, name)).strip("\n") if os.path.exists(os.path.join(bundle, name)) else ""
     if text and len(text.splitlines()) <= LEAD_IR_LINES:
         out += [f"`{name}`:", "", "```mlir", text, "```", ""]
-    out += [provenance_text(found.get("provenance")), ""]
+    out += [provenance_text(told.get("provenance")), ""]
     return out
 
 
