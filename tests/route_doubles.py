@@ -14,13 +14,16 @@ from torchsim_diff.routes.base import Compiled, Route
 
 
 def _corrupt_first_element(t) -> None:
-    """Off by one in place (flipped, for a bool output such as a comparison's; 0 where it is
-    not finite, which one more leaves as it is)."""
+    """Off by one in place (flipped, for a bool output such as a comparison's; 0 where one more
+    leaves it as it was: a non-finite or a huge value)."""
     flat = t.view(-1)
     if t.dtype == torch.bool:
         flat[0] = ~flat[0]
-    elif t.dtype.is_floating_point and not torch.isfinite(flat[0]):
-        flat[0] = 0
+    elif t.dtype.is_floating_point:
+        old = flat[0].clone()
+        flat[0] += 1
+        if not bool(torch.isfinite(old)) or bool(flat[0] == old):    # +1 leaves it as it was
+            flat[0] = 1.0 if bool(old == 0) else 0.0
     else:
         flat[0] += 1
 

@@ -264,7 +264,7 @@ class EdgePlacement:
         if name is None:
             return
         fed_input = next(i for i in self.inputs if i["name"] == name)
-        aliasing_ok = not (fed_input["mutated"] or fed_input["domain"]["kind"] == "unique_index")
+        aliasing_ok = not (fed_input["mutated"] or _domain_kind(fed_input) == "unique_index")
         primary = LAYOUT_FORMS[edge.form]
         if not aliasing_ok and primary in ("broadcast", "overlapping"):
             return
@@ -319,3 +319,9 @@ def cells_reached(case: Case, tickets: list) -> list:
         choices += [(slot, label, f"{slot}|reached {label}|{node['id']}|{ticket}")
                     for label in sorted(by_node.get(node["id"], ()))]
     return choices
+
+
+def _domain_kind(spec: dict) -> str:
+    """The value domain's kind of an input spec."""
+    domain = spec["domain"]
+    return domain["kind"]
