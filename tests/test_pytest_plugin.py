@@ -5,6 +5,7 @@ import os
 import pytest
 
 from tests.conftest import REPO
+from torchsim_diff.judge.comparison import Where
 from torchsim_diff.results.record import Record
 
 pytest_plugins = ["pytester"]
@@ -13,7 +14,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 SUITE = '''
 from hypothesis import given, seed
 from torchsim_diff.generate.strategies import cases
-from torchsim_diff.judge.comparison import Where
 
 def test_fuzz(torchsim_session, fuzz_route):
     torchsim_session.require(fuzz_route)

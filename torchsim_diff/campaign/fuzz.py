@@ -154,7 +154,7 @@ def _run(opts: CampaignOptions, strategy, store, budget, progress, result: Campa
                  repeat=opts.repeat, known_buckets=known) as checker, \
             ResultsWriter(os.path.join(opts.out_dir, "results.jsonl")) as writer:
         runner = CaseRunner(checker, timeouts=TimeoutPolicy(ceiling_s=opts.timeout_s), known=known,
-                            reducer=new_reducer(checker, opts, opts.out_dir), budget=budget)
+                            reducer=new_reducer(checker, opts, opts.out_dir, known), budget=budget)
         _say_unavailable(runner, opts.routes, result)
         pending: list = []
         drawn = [0]       # cases handed to the background thread
@@ -266,13 +266,15 @@ def write_new_bundles(records, new_buckets, out_dir: str) -> dict:
     return written
 
 
-def new_reducer(checker: Checker, opts: CampaignOptions, cache_folder: str):
-    """Reduce, then bucket (None with --no-reduce), with reductions cached in `cache_folder`: a
-    run's own folder, since a cache keyed by case and route kept beside the bucket history gave
-    later campaigns (another torch, a bug fixed or planted, other options) stale minimal cases."""
-    if not opts.reduce:
-        return None
+def new_reducer(checker: Checker, opts: CampaignOptions, cache_folder: str, known=frozenset()):
+    """Reduce, then bucket, with reductions cached in `cache_folder`: a run's own folder, since a
+    cache keyed by case and route kept beside the bucket history gave later campaigns (another
+    torch, a bug fixed or planted, other options) stale minimal cases. With --no-reduce, None,
+    unless there are `known` bugs to match: a failure is known only by its minimal case, so the
+    checker's one refiner reduces it then."""
     from torchsim_diff.triage.refine import ReduceThenBucket
+    if not opts.reduce:
+        return ReduceThenBucket.of_checker(checker) if known else None
     return ReduceThenBucket(checker, budget_s=opts.reduce_budget_s,
                             cache_path=os.path.join(cache_folder or ".", "reductions.json"))
 

@@ -108,7 +108,7 @@ class ShardRunner:
                                repeat=opts.repeat, known_buckets=known)
         # Failures are reduced here, next to their warm route worker, before their record leaves.
         self.runner = CaseRunner(self.checker, timeouts=TimeoutPolicy(ceiling_s=opts.timeout_s), known=known,
-                                 reducer=new_reducer(self.checker, opts, self.scratch))
+                                 reducer=new_reducer(self.checker, opts, self.scratch, known))
         for route in opts.routes:
             self.runner.availability(route)
         self._shard, self._cases = None, None      # cases drawn on demand: --budget alone draws no more than it runs
