@@ -22,7 +22,7 @@ def test_fuzz(torchsim_session, fuzz_route, fuzz_dtype, fuzz_shard, family):
     if not any(op.family == family for op in ops_in([family], None, fuzz_dtype)):
         pytest.skip(f"no {family} op supports {fuzz_dtype}")
     torchsim_session.require(fuzz_route)
-    strategy = cases(dtype=fuzz_dtype, families=_families(family))
+    strategy = cases(dtype=fuzz_dtype, families=_families(family), max_nodes=torchsim_session.max_nodes)
 
     @seed(torchsim_session.fuzz_seed(fuzz_route, fuzz_dtype, family, fuzz_shard))
     @torchsim_session.settings()

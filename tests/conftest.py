@@ -10,6 +10,7 @@ import pytest  # noqa: E402
 
 from tests.route_doubles import DOUBLES
 from torchsim_diff.case.graph import Case
+from torchsim_diff.generate import policy
 from torchsim_diff.routes import EXTRA_ROUTES_ENV
 from torchsim_diff.generate.strategies import no_local_constants
 
@@ -38,6 +39,14 @@ def _draws_decided_by_the_seed_alone():
     failed on a fresh clone once a module was added). Every test draws without them."""
     with no_local_constants():
         yield
+
+
+@pytest.fixture
+def no_planted_edges(monkeypatch):
+    """Draw without edge nodes (this process and its workers). For tests whose planted double
+    (output 0's first element off by one, say) a planted NaN, Inf or huge value upstream can
+    hide, or split into buckets of their own: they test the campaign's plumbing, not the draws."""
+    monkeypatch.setenv(policy.ENV, "edge_percent=0")
 
 
 @pytest.fixture

@@ -16,16 +16,16 @@ from torchsim_diff.routes.base import Compiled, Route
 def _corrupt_first_element(t) -> None:
     """Off by one in place (flipped, for a bool output such as a comparison's; 0 where one more
     leaves it as it was: a non-finite or a huge value)."""
-    flat = t.view(-1)
+    first = (0,) * t.dim()             # an index, not a view: t may be a strided input
     if t.dtype == torch.bool:
-        flat[0] = ~flat[0]
+        t[first] = ~t[first]
     elif t.dtype.is_floating_point:
-        old = flat[0].clone()
-        flat[0] += 1
-        if not bool(torch.isfinite(old)) or bool(flat[0] == old):    # +1 leaves it as it was
-            flat[0] = 1.0 if bool(old == 0) else 0.0
+        old = t[first].clone()
+        t[first] += 1
+        if not bool(torch.isfinite(old)) or bool(t[first] == old):    # +1 leaves it as it was
+            t[first] = 1.0 if bool(old == 0) else 0.0
     else:
-        flat[0] += 1
+        t[first] += 1
 
 
 def _odd_seed(ctx) -> bool:
@@ -55,14 +55,20 @@ class GuardWriterRoute(Route):
 
 
 class WrongElementRoute(Route):
-    """Returns output 0 with its first element off by one."""
+    """Returns output 0 with its first element off by one; a graph with no output (only in-place
+    updates) has its first mutated input off by one instead."""
 
     name = "double-wrong-element"
 
     def compile(self, program, example_inputs, ctx):
+        mutated = [i for i, spec in enumerate(ctx.case["inputs"]) if spec.get("mutated")]
+
         class _Corrupting(Compiled):
             def __call__(self, inputs, ctx):
                 outputs = list(program(*inputs))
+                if not outputs:
+                    _corrupt_first_element(inputs[mutated[0]])
+                    return ()
                 first = outputs[0].contiguous().clone()
                 _corrupt_first_element(first)
                 return tuple([first] + outputs[1:])

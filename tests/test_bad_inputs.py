@@ -273,6 +273,7 @@ PLUGIN_BAD = [
     (["--fuzz-dtypes", ","], "names no dtype"),
     (["--fuzz-examples", "0"], "not a positive integer"),
     (["--fuzz-shards", "0"], "not a positive integer"),
+    (["--fuzz-max-nodes", "0"], "not a positive integer"),
     (["--fuzz-timeout", "0"], "at least 1"),
     (["--fuzz-timeout", "nan"], "at least 1"),
     (["--fuzz-timeout", "1e308"], "is over a day"),

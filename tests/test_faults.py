@@ -458,7 +458,7 @@ def test_workers_killed_mid_case_three_times_cost_only_their_cases(tmp_path, fau
 
 @pytest.mark.e2e
 def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_were(tmp_path, fault_routes,
-                                                                                  monkeypatch):
+                                                                                  monkeypatch, no_planted_edges):
     from torchsim_diff.triage.refine import ReduceThenBucket
     monkeypatch.setenv("DOUBLE_CASE_S", "0.1")
     options = ("--max-examples", "4", "--max-nodes", "3", "--seed", "1", "--reduce-budget", "600")
@@ -485,7 +485,7 @@ def test_workers_killed_mid_reduction_three_times_leave_the_findings_as_they_wer
     assert len(killer.killed) == 3
     assert code == undisturbed[0] == 1
     assert _verdicts(records) == _verdicts(undisturbed[1]) and len(records) == 4
-    assert {(r.status, r.kind) for r in records} == {("fail", "wrong_values")}
+    assert {r.status for r in records} == {"fail"}        # the double fails every case (kinds as undisturbed)
     assert buckets.keys() == undisturbed[2].keys() and sorted(os.listdir(out / "bundles")) == sorted(buckets)
 
 

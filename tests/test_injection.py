@@ -174,6 +174,7 @@ def test_the_base_files_are_valid_so_each_poisoned_field_is_what_is_tested(tmp_p
         write_bundle(Record.from_dict(_record(case)), str(tmp_path / f"bundle-{case['dtype']}"))
 
 
+@pytest.mark.e2e     # every reader over every planted file: about 20 s
 def test_no_reader_runs_planted_code(tmp_path, mark):
     """The library's readers, on every variant: validation, program text and its gate, the
     program run on its inputs, and the bundle writer (repro.py, ISSUE.md)."""
@@ -210,6 +211,7 @@ def _cli(capsys, *argv):
     return status, capsys.readouterr().err
 
 
+@pytest.mark.e2e     # every command over every planted file, exported repro.py runs included: about 17 s
 def test_no_command_runs_planted_code(tmp_path, mark, capsys, monkeypatch):
     """Every command that reads a file, on folders of poisoned files, and every bundle that
     export writes from them, run as a maintainer would run it."""

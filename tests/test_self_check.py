@@ -8,7 +8,6 @@ import pytest
 from torchsim_diff.cli import EXIT_CLEAN, EXIT_FINDINGS, EXIT_UNTESTED, build_parser, main
 from torchsim_diff.results.jsonl import read_records
 from torchsim_diff.buckets.bucket_history import BucketStore
-from torchsim_diff.generate import policy
 
 FUZZ = ["fuzz", "--max-examples", "3", "--ops", "relu", "--no-reduce"]
 
@@ -50,7 +49,8 @@ def test_new_buckets_stay_unsettled_until_told_so_a_run_killed_first_finds_them_
 
 
 @pytest.mark.e2e
-def test_a_bug_its_repro_does_not_reproduce_is_unconfirmed_never_new(tmp_path, double_routes, capsys):
+def test_a_bug_its_repro_does_not_reproduce_is_unconfirmed_never_new(tmp_path, double_routes, capsys,
+                                                                     no_planted_edges):
     """The route is wrong only in a worker that ran earlier cases: the campaign's replays
     fail too, but repro.py, a fresh process running the case alone, prints FIXED."""
     code, printed, failing, history = _fuzz(tmp_path, "double-wrong-when-warm", capsys)
@@ -65,9 +65,7 @@ def test_a_bug_its_repro_does_not_reproduce_is_unconfirmed_never_new(tmp_path, d
 
 
 def test_a_failure_that_does_not_fail_again_is_a_flake_and_the_campaign_goes_on(tmp_path, double_routes, capsys,
-                                                                                monkeypatch):
-    # no planted edges: a NaN or Inf planted upstream can make the double's one wrong element allowed
-    monkeypatch.setenv(policy.ENV, "edge_percent=0")
+                                                                                no_planted_edges):
     code, printed, failing, history = _fuzz(tmp_path, "double-wrong-on-first-sight", capsys)
     records = list(read_records(str(tmp_path / "run" / "results.jsonl")))
     assert len(records) == 3 and len(failing) == 3, "every case ran, each failing on first sight"

@@ -7,7 +7,7 @@ from torchsim_diff.campaign.ray_cluster import run_shards_here
 
 
 @pytest.mark.e2e
-def test_failures_are_reduced_before_their_records_leave_the_shard(tmp_path, double_routes):
+def test_failures_are_reduced_before_their_records_leave_the_shard(tmp_path, double_routes, no_planted_edges):
     opts = CampaignOptions(routes=["double-wrong-element"], out_dir=str(tmp_path), max_examples=3, seed=1,
                            max_nodes=3, reduce_budget_s=20)
     result = run_shards_here(opts, shards=1)

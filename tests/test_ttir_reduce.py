@@ -174,7 +174,7 @@ def test_each_store_is_traced_to_the_buffer_it_writes():
     assert value.store_targets(kernel, launch) == {store: "buf1"}
 
 
-@pytest.mark.slow      # about 30 s: each candidate goes through the adapter, LLVM 19 and two launches
+@pytest.mark.e2e       # about 20 s: each candidate goes through the adapter, LLVM 19 and two launches
 @needs_adapter
 @pytest.mark.skipif(not all(map(shutil.which, HOST_TOOLS)), reason="needs LLVM 19 (mlir-opt-19, mlir-translate-19, clang-19)")
 def test_a_wrong_value_that_depends_on_mallocs_fill_reduces_to_the_reduce_and_keeps_depending_on_it():

@@ -72,7 +72,8 @@ class FuzzSession(WorkerSession):
         lines = [f"torchsim-diff: routes={','.join(routes)} dtypes={','.join(self.dtypes)} "
                  f"seed={self.base_seed}{budget} report-dir={self.report_dir}"]
         from torchsim_diff.generate.policy import active_policy
-        lines.append(f"torchsim-diff: {active_policy().describe()}")
+        nodes = "" if self.max_nodes is None else f" (fuzz items: graph_nodes={self.max_nodes}, --fuzz-max-nodes)"
+        lines.append(f"torchsim-diff: {active_policy().describe()}{nodes}")
         for route, reason in self.unavailable().items():
             lines.append(f"torchsim-diff: route {route} unavailable, not fuzzed: {reason}")
         return lines

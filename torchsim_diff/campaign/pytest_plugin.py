@@ -90,6 +90,9 @@ def pytest_addoption(parser):
     group.addoption("--fuzz-examples", type=int, default=None,
                     help="examples per fuzz item (default: the Hypothesis profile's max_examples; under "
                          "--fuzz-budget, as many as the budget allows)")
+    group.addoption("--fuzz-max-nodes", type=int, default=None,
+                    help="the most nodes a fuzz item's graph has (default: the generation policy's graph_nodes; "
+                         "as `fuzz --max-nodes`)")
     group.addoption("--fuzz-seed", type=int, default=None,
                     help="base seed; the ci profile uses 0, others draw one and print it")
     group.addoption("--fuzz-dtypes", default="float32", help="comma-separated dtypes (default: float32)")
@@ -119,6 +122,7 @@ def pytest_addoption(parser):
 # Option -> check of its value (torchsim_diff.campaign.options), run before anything starts.
 OPTION_CHECKS = {"--routes": options.route_list, "--fuzz-dtypes": options.dtype_list,
                  "--fuzz-examples": options.positive_int, "--fuzz-shards": options.positive_int,
+                 "--fuzz-max-nodes": options.positive_int,
                  "--fuzz-timeout": options.positive_seconds, "--fuzz-reduce-budget": options.non_negative_seconds}
 
 

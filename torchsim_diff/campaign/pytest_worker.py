@@ -50,6 +50,7 @@ class WorkerSession:
         self.dtypes = [d for d in opt("--fuzz-dtypes").split(",") if d]
         self.shards = max(1, opt("--fuzz-shards"))
         self.examples = opt("--fuzz-examples")
+        self.max_nodes = opt("--fuzz-max-nodes")          # None: the policy's graph_nodes
         self.timeout_s = opt("--fuzz-timeout")
         self.timeouts = TimeoutPolicy(ceiling_s=self.timeout_s)
         if worker_input and "torchsim_report_dir" in worker_input:
