@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import REPO
 from torchsim_diff.cli import main
-from torchsim_diff.report.bundles import markdown_text
+from torchsim_diff.report.issue_text import markdown_text
 from torchsim_diff.buckets import causes as ledger
 from torchsim_diff.report.cause_analysis import analysis
 from torchsim_diff.buckets.corpus import iter_entries

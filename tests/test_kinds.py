@@ -189,7 +189,7 @@ def test_a_failing_reply_is_recorded_as_its_kind_says():
 
 
 def test_bundles_name_every_output_only_when_there_are_no_values():
-    from torchsim_diff.report.bundles import failing_outputs
+    from torchsim_diff.report.issue_title import failing_outputs
     from tests.conftest import make_case
     case = make_case(nodes=[{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}},
                             {"id": "v1", "op": "sin", "args": ["x0"], "attrs": {}}],

@@ -14,7 +14,10 @@ import torch
 
 from tests.conftest import REPO, inputs_built_by, make_case
 from torchsim_diff.case import layout
+from torchsim_diff.buckets.projects import PROJECTS
 from torchsim_diff.report import bundles, plain_script
+from torchsim_diff.report.issue_text import FUZZER_NOTE, OUTPUT_HEADING, _description, versions_text
+from torchsim_diff.report.repro_script import HANG_S
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.buckets.corpus import read_entry
 from torchsim_diff.case.graph import Case
@@ -173,7 +176,7 @@ def test_missing_torch_exits_2(add_case, tmp_path):
 def test_hang_runs_in_a_child_with_a_time_limit_that_passes_its_exit_status_on(add_case, tmp_path):
     bundle = bundles.write_bundle(_record(add_case, route="eager", kind="timeout"), str(tmp_path / "b"))
     script = open(os.path.join(bundle, "repro.py")).read()
-    assert f"timeout={bundles.HANG_S}" in script and "REPRODUCES: no result within" in script
+    assert f"timeout={HANG_S}" in script and "REPRODUCES: no result within" in script
     done = _run_script(sys.executable, bundle)          # eager finishes: the child's exit 0 comes back
     assert done.returncode == 0 and "FIXED" in done.stdout, done.stdout + done.stderr
 
@@ -252,15 +255,15 @@ def test_issue_is_in_the_projects_template_with_title_note_and_versions(add_case
     assert "### 🐛 Describe the bug" in issue and "### Versions" in issue
     assert f"torch: {torch.__version__}" in issue and "PyTorch version:" in issue      # route report, collect_env
     # the pt2 template: the run's output as its error logs, its fuzzer block's label, collect_env whole
-    assert issue.index("### Error logs") < issue.index(bundles.OUTPUT_HEADING) < issue.index("### Versions")
-    assert "`topic: fuzzer`" in issue and "float64" in bundles.FUZZER_NOTE
+    assert issue.index("### Error logs") < issue.index(OUTPUT_HEADING) < issue.index("### Versions")
+    assert "`topic: fuzzer`" in issue and "float64" in FUZZER_NOTE
     assert "Versions of relevant libraries" in issue
 
 
 def test_a_bug_outside_torch_compile_keeps_its_projects_own_template(add_case, tmp_path):
     record = _record(add_case, route="mlir")
     issue = bundles.render_issue(record, add_case, _bundle_with_script(tmp_path), [])
-    assert issue.splitlines()[0] == f"<!-- File at {bundles.PROJECTS['torch-mlir'].file_at} -->"
+    assert issue.splitlines()[0] == f"<!-- File at {PROJECTS['torch-mlir'].file_at} -->"
     assert "### Error logs" not in issue and "topic: fuzzer" not in issue
 
 
@@ -282,7 +285,7 @@ def test_compile_error_title_names_every_output_and_a_value_failure_the_one_its_
     two = Case.from_dict({**add_case.to_dict(), "outputs": ["v2", "v0"]})
     failed = _record(two, kind="compile_error", message="InductorError: CantSplit")
     assert "relu(add(transpose(x), y)), transpose(x) on a" in bundles.title(failed, two)
-    assert "`transpose`, `add`, `relu`" in bundles._description(failed, two)
+    assert "`transpose`, `add`, `relu`" in _description(failed, two)
     many = Case.from_dict({**add_case.to_dict(), "outputs": ["v2", "v0", "v1", "v2", "v0"]})
     assert bundles.expression(many, many.outputs) == "relu(add(transpose(x), y)), transpose(x), add(transpose(x), y), ..."
     wrong = _record(two, message="output 1: values differ")
@@ -473,9 +476,9 @@ def test_a_float32_case_with_a_bfloat16_round_trip_compiles_with_the_campaigns_p
 
 def test_an_adapter_kernel_report_speaks_of_the_kernel_and_the_adapters_version_only(add_case):
     record = _record(add_case, route="triton-spike", kind="compile_error", message="adapter: aborted")
-    text = bundles._description(record, add_case, kernel_only=True)
+    text = _description(record, add_case, kernel_only=True)
     assert "`kernel.ttir`" in text and "triton-spike" not in text and "strides" not in text
-    versions = bundles.versions_text(record, add_case, kernel_only=True)
+    versions = versions_text(record, add_case, kernel_only=True)
     assert versions.splitlines()[1].startswith("triton (wrote kernel.ttir): ") and "torch" not in versions
 
 

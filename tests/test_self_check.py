@@ -191,7 +191,7 @@ def test_a_plain_repro_runs_where_torchsim_diff_cannot_be_imported(tmp_path):
 def test_the_issue_text_quotes_the_self_checks_run_of_repro_not_the_unreduced_message(tmp_path):
     """A campaign's bundle quotes the recorded message, the unreduced case's; once its repro.py
     (of the reduced case) has run, ISSUE.md quotes what that run printed."""
-    from torchsim_diff.report.bundles import OUTPUT_HEADING
+    from torchsim_diff.report.issue_text import OUTPUT_HEADING
     from torchsim_diff.triage.self_check import run_repro
     (tmp_path / "repro.py").write_text("import sys\nprint('output 0: 1 / 1 elements differ')\nprint('REPRODUCES')\n"
                                        "sys.exit(1)\n")

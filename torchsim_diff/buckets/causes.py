@@ -19,7 +19,7 @@
                                        route or op where the defect shows
 
 `title` names the mis-compiled construct in the upstream's terms; `project` is the upstream
-the issue is filed with (report.bundles.PROJECTS). A cause is exported as the bundle of the
+the issue is filed with (buckets.projects.PROJECTS). A cause is exported as the bundle of the
 case it shows (`representative`: `shown`, else its plainest case), with its title and summary.
 """
 from __future__ import annotations

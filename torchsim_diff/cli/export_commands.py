@@ -143,21 +143,26 @@ def _export_cause(folder: str, args) -> int:
 def _export_mlir_cause(cause, args) -> int:
     """The bundle of an MLIR bug with its own .mlir reproducer: the file, the mlir-opt command and
     a repro.py that runs it; ISSUE.md in LLVM's terms (report.mlir_opt_bundle)."""
-    from torchsim_diff.report import bundles, mlir_opt_bundle
+    from torchsim_diff.buckets.projects import PROJECTS
+    from torchsim_diff.report import mlir_opt_bundle
+    from torchsim_diff.report.bundles import claim_folder, write_manifest
     from torchsim_diff.report.cause_analysis import analysis
+    from torchsim_diff.report.issue_text import THREAD_DRAFTS, quoted_run
+    from torchsim_diff.report.issue_title import BundleError
+    from torchsim_diff.report.repro_runs import run_repro, write_text
     try:
-        bundles.claim_folder(args.to)
+        claim_folder(args.to)
         mlir_opt_bundle.write_mlir_bundle(cause.folder, cause.mlir_opt, args.to, cause.title)
-    except (bundles.BundleError, mlir_opt_bundle.BadMlirRepro, OSError) as exc:
+    except (BundleError, mlir_opt_bundle.BadMlirRepro, OSError) as exc:
         raise UsageError(str(exc)) from None
-    status, out, err = bundles.run_repro(args.to)
-    quoted = bundles.quoted_run(args.to, status, out, 300, err)
-    upstream = cause.upstream if cause.status in bundles.THREAD_DRAFTS else ""
-    head = bundles.THREAD_DRAFTS[cause.status].format(url=upstream) if upstream else \
-        f"<!-- File at {bundles.PROJECTS[cause.project].file_at} -->"
+    status, out, err = run_repro(args.to)
+    quoted = quoted_run(args.to, status, out, 300, err)
+    upstream = cause.upstream if cause.status in THREAD_DRAFTS else ""
+    head = THREAD_DRAFTS[cause.status].format(url=upstream) if upstream else \
+        f"<!-- File at {PROJECTS[cause.project].file_at} -->"
     text = mlir_opt_bundle.render_issue(cause.title, head, analysis(cause, None), cause.mlir_opt, args.to, quoted)
-    bundles.write_text(os.path.join(args.to, "ISSUE.md"), text)
-    bundles.write_manifest(args.to)
+    write_text(os.path.join(args.to, "ISSUE.md"), text)
+    write_manifest(args.to)
     print(f"bundle for cause {cause.name} ({cause.project}, {cause.status}; {cause.mlir_opt.file}) written to {args.to}")
     return EXIT_CLEAN
 

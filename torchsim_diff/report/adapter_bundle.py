@@ -229,7 +229,7 @@ def reduction(bundle: str) -> dict | None:
 def provenance(fixed_ttir: str) -> dict:
     """Where the kernel's TTIR came from: the versions that wrote it and the route's rewrites
     (routes.triton_spike.fixups) that changed it, read off the unfixed kernel.ttir beside it."""
-    from torchsim_diff.report.bundles import dist_version
+    from torchsim_diff.report.issue_text import dist_version
     from torchsim_diff.routes.triton_spike.fixups import TTIR_FIXUPS
     unfixed = os.path.join(os.path.dirname(fixed_ttir), KERNEL_FILE)
     changed = []

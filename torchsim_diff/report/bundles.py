@@ -26,18 +26,15 @@ import shutil
 
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case, CaseError
-from torchsim_diff.buckets.projects import PROJECTS, route_facts  # noqa: F401 - PROJECTS: callers read it here
+from torchsim_diff.buckets.projects import route_facts
 from torchsim_diff.report import adapter_bundle, eager_script, kernel_bundle, plain_script
 from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import Record
-# The parts of a bundle (each its own module); the names callers use are reachable from here too.
-from torchsim_diff.report.issue_text import (FUZZER_NOTE, OUTPUT_HEADING, THREAD_DRAFTS, _description,  # noqa: F401
-                                             dist_version, is_torch_compile_bug, markdown_text, quoted_run,
-                                             render_issue, requote_run, run_script, versions_text)
-from torchsim_diff.report.issue_title import (BundleError, expression, failing_outputs, project_of,  # noqa: F401
-                                              title)
-from torchsim_diff.report.repro_runs import TIMED_OUT, minimise_shims, run_repro, write_text  # noqa: F401
-from torchsim_diff.report.repro_script import (CUDA_TWIN, HANG_S, HARNESS_RUN_DIR, OPTIONAL_SETTINGS,  # noqa: F401
+# The parts of a bundle, each its own module: callers import a part's names from the part.
+from torchsim_diff.report.issue_text import is_torch_compile_bug, quoted_run, render_issue, run_script
+from torchsim_diff.report.issue_title import BundleError, expression, project_of, title
+from torchsim_diff.report.repro_runs import minimise_shims, run_repro, write_text
+from torchsim_diff.report.repro_script import (CUDA_TWIN, HARNESS_RUN_DIR, OPTIONAL_SETTINGS,
                                                SHIM_CALLS, SHIMS_FILE, ScriptOptions, compile_setup, harness_only,
                                                render_script, runs_on_host, shims_source, uses_tolerances)
 

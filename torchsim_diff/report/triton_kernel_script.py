@@ -226,7 +226,7 @@ def description(expression: str, crashes: bool) -> str:
 def versions_text() -> str:
     import platform
     import torch
-    from torchsim_diff.report.bundles import dist_version
+    from torchsim_diff.report.issue_text import dist_version
     lines = [f"triton: {dist_version('triton')}", f"torch: {torch.__version__} (tensors and the kernel's helpers only)",
              f"numpy: {dist_version('numpy')}", f"python: {platform.python_version()}", "TRITON_INTERPRET=1"]
     return "\n".join(lines) + "\n"

@@ -213,12 +213,13 @@ def _replays_fail(checker, case: Case, record, replays: int, deadline: float | N
 def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = SCRIPT_TIMEOUT_S,
               started=None) -> tuple:
     """(exit status or 'timeout', repro.py's last line: of its output, else of its errors) of
-    one run in a fresh process (report.bundles.run_repro); the bundle's ISSUE.md then quotes
+    one run in a fresh process (report.repro_runs.run_repro); the bundle's ISSUE.md then quotes
     that run."""
-    from torchsim_diff.report import bundles
-    status, out, err = bundles.run_repro(bundle, python, timeout_s, started)
-    bundles.requote_run(bundle, bundles.quoted_run(bundle, status, out, timeout_s))
-    if status == bundles.TIMED_OUT:
+    from torchsim_diff.report.issue_text import quoted_run, requote_run
+    from torchsim_diff.report.repro_runs import TIMED_OUT, run_repro as run_in_a_fresh_process
+    status, out, err = run_in_a_fresh_process(bundle, python, timeout_s, started)
+    requote_run(bundle, quoted_run(bundle, status, out, timeout_s))
+    if status == TIMED_OUT:
         return status, f"no result within {timeout_s:g} s"
     lines = [ln for ln in out.splitlines() if ln.strip()] or [ln for ln in err.splitlines() if ln.strip()]
     return status, (lines[-1].strip()[:200] if lines else "no output")
