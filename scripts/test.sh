@@ -2,8 +2,8 @@
 # Set up (idempotent), then run the tool's tests, a small derandomized fuzz pass over the
 # public routes (two cases of at most 6 nodes per route and family, triton-spike included), and the
 # corpus replay; the end-to-end set (marker e2e: whole campaigns, fresh venvs, real toolchain
-# chains, triton-spike's known-bug replays) and the bench set are left out unless asked for with
-# `-m "e2e or bench"` (.ci/run runs them after this).
+# chains, triton-spike's known-bug replays, known hangs, planted-code sweeps) and the bench set
+# are left out unless asked for with `-m "e2e or bench"` (.ci/run runs them after this).
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
