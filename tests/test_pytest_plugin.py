@@ -266,8 +266,9 @@ def test_the_fuzz_items_draw_graphs_of_at_most_fuzz_max_nodes_and_the_header_say
     import sys
     report = tmp_path / "report"
     done = subprocess.run([sys.executable, "-m", "pytest", "fuzz", "-p", "no:cacheprovider", "--routes", "eager",
-                           "--fuzz-examples", "6", "--fuzz-max-nodes", "2", "--report-dir", str(report),
-                           "-k", "pointwise or reduction"], capture_output=True, text=True, cwd=REPO)
+                           "--hypothesis-profile=torchsim-ci", "--fuzz-examples", "6", "--fuzz-max-nodes", "2",
+                           "--report-dir", str(report), "-k", "pointwise or reduction"],
+                          capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "(fuzz items: graph_nodes=2, --fuzz-max-nodes)" in done.stdout
     sizes = [len(r.case["nodes"]) for r in _records(report)]
