@@ -9,6 +9,7 @@ from torchsim_diff.case import layout
 from torchsim_diff.case.graph import Case
 from torchsim_diff.ops import all_ops, get_op
 from torchsim_diff.generate.strategies import FLOAT_DTYPES, META_STRIDES_DIFFER, InvalidArgument, cases
+from torchsim_diff.generate.draws import first_cases
 from torchsim_diff.case.program_check import load_program
 
 FAST = settings(max_examples=60, deadline=None, database=None, derandomize=True,   # CI must not be flaky
@@ -238,11 +239,23 @@ def test_meta_strides_of_floor_divide_still_differ_from_eagers():
     assert _floor_divide_strides("meta") != _floor_divide_strides("cpu")
 
 
-@settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(case=cases(ops=["floor_divide", "cos", "view"], layouts=["channels_last", "broadcast", "contiguous"],
-                  min_nodes=3))
-def test_a_view_downstream_of_floor_divide_runs_in_eager(case):
-    _run_eager(case)
+def test_a_view_below_floor_divide_only_adds_a_unit_dim():
+    """Meta's strides of floor_divide are not eager's (META_STRIDES_DIFFER), so a `.view` that
+    splits or merges dims below it may raise in eager; the generator only adds a leading unit dim
+    there (checked on the structure: the eager failure needs a channels-last layout random draws
+    seldom make)."""
+    drawn = first_cases(cases(ops=["floor_divide", "cos", "view"], layouts=["channels_last", "contiguous"],
+                              min_nodes=2), seed_value=0, count=40)
+    views_below = 0
+    for case in drawn:
+        below = set()
+        for node, env in case.eager_steps():
+            if node["op"] == "view" and below & set(node["args"]):
+                views_below += 1
+                assert node["attrs"]["shape"] == [1, *env[node["args"][0]].shape], case.nodes
+            if node["op"] == "floor_divide" or below & set(node["args"]):
+                below.add(node["id"])
+    assert views_below
 
 
 def _group_norm_strides(device: str) -> tuple:
