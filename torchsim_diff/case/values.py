@@ -230,14 +230,13 @@ def plant(view: torch.Tensor, plants) -> None:
 
 def _distinct_elements(view: torch.Tensor) -> list:
     """An index of `view` for each distinct memory element it reads, in row-major order."""
-    coords = torch.unravel_index(torch.arange(view.numel()), view.shape) if view.dim() else ()
+    positions = torch.arange(view.numel())
+    coords = torch.unravel_index(positions, view.shape) if view.dim() else ()
     offsets = sum((c * s for c, s in zip(coords, view.stride())), torch.zeros(view.numel(), dtype=torch.long))
-    seen, found = set(), []
-    for k, offset in enumerate(offsets.tolist()):
-        if offset not in seen:
-            seen.add(offset)
-            found.append(tuple(int(c[k]) for c in coords))
-    return found
+    _, which = torch.unique(offsets, return_inverse=True)
+    first = torch.full((int(which.max()) + 1,), view.numel()).scatter_reduce_(0, which, positions, "amin")
+    first = first.sort().values
+    return list(zip(*(c[first].tolist() for c in coords))) if coords else [()]
 
 
 def encode(storage: torch.Tensor) -> str:

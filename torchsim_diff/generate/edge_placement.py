@@ -8,9 +8,9 @@ its slots by op, method name and line within the method, so moving them changes 
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
+import pickle
 import warnings
 
 import torch
@@ -19,7 +19,7 @@ from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case
 from torchsim_diff.case.program_check import eval_expression
 from torchsim_diff.generate.domains import FLOAT_DTYPES, INDEX_DOMAINS, INT_DTYPES, SATISFIES, TAILED_KINDS
-from torchsim_diff.generate.edge_reach import cells_met_by_node, declared_edges, operands_of
+from torchsim_diff.generate.edge_reach import cells_met_by_node, declared_edges, operand_slots, operands_of
 from torchsim_diff.generate.input_layouts import draw_geometry
 from torchsim_diff.ops.attrs import NUMBER
 from torchsim_diff.ops.edges import FLOAT_ONLY_CLASSES, Form, Value as EdgeValue, met
@@ -107,11 +107,11 @@ class EdgePlacement:
         return best[2], best[3], best[4]
 
     def _snapshot(self) -> tuple:
-        return (copy.deepcopy(self.inputs), dict(self.values), set(self.consumed), list(self.choices))
+        return (_copied(self.inputs), dict(self.values), set(self.consumed), list(self.choices))
 
     def _restore(self, snapshot) -> None:
         inputs, by_name, consumed, choices = snapshot
-        self.inputs, self.values = copy.deepcopy(inputs), dict(by_name)
+        self.inputs, self.values = _copied(inputs), dict(by_name)
         self.consumed, self.choices = set(consumed), list(choices)
         self._avoid = frozenset()
 
@@ -144,9 +144,7 @@ class EdgePlacement:
     def _operand_slot(self, args, attrs, position: int):
         """("arg", j) or ("scalar", None) for operand `position` of the torch call, in the order
         edge_reach reads operands; None past the last."""
-        slots = [("arg", j) for j in range(len(args))]
-        if "scalar" in attrs:
-            slots.insert(len(slots) - 1 if attrs.get("scalar_side") == "left" else len(slots), ("scalar", None))
+        slots = operand_slots({"args": args, "attrs": attrs})
         return slots[position] if position < len(slots) else None
 
     def _plant(self, spec, edge, args, attrs) -> bool:
@@ -325,3 +323,9 @@ def _domain_kind(spec: dict) -> str:
     """The value domain's kind of an input spec."""
     domain = spec["domain"]
     return domain["kind"]
+
+
+def _copied(inputs: list) -> list:
+    """A deep copy of the builder's input records (plain data: a pickle round trip is several
+    times faster than copy.deepcopy, and a build may be tried edge_tries times per node)."""
+    return pickle.loads(pickle.dumps(inputs, pickle.HIGHEST_PROTOCOL))

@@ -24,22 +24,30 @@ def declared_edges(spec) -> tuple:
     return () if isinstance(spec.edges, NoEdges) else tuple(spec.edges or ())
 
 
+def operand_slots(node: dict) -> list:
+    """Where each operand of the node's torch call comes from, in the call's order: ("arg", j)
+    for its j-th argument, ("scalar", None) for its Python number."""
+    slots = [("arg", j) for j in range(len(node["args"]))]
+    attrs = node.get("attrs", {})
+    if "scalar" in attrs:
+        # A left number comes before the node's last tensor (`where(cond, 2.0, x)`, `pow(2, x)`).
+        slots.insert(len(slots) - 1 if attrs.get("scalar_side") == "left" else len(slots), ("scalar", None))
+    return slots
+
+
 def operands_of(node: dict, env: dict) -> list:
-    """The node's operands in its torch call's order: tensors from `env` (name -> value), the
-    written view for an in-place op, and its Python number where the node has one."""
+    """The node's operands in its torch call's order (operand_slots): tensors from `env`
+    (name -> value), the written view for an in-place op, and its Python number where the node
+    has one."""
     # Imported here: a family module imported before the registry loads them all would move its
     # ops to the front of the registry, whose order the op schedule lists ops in.
     from torchsim_diff.ops.inplace import target_expr
 
     attrs = node.get("attrs", {})
-    operands = [env[name] for name in node["args"]]
+    tensors = [env[name] for name in node["args"]]
     if get_op(node["op"]).mutates and attrs.get("view"):
-        operands[0] = eval_expression(target_expr("target", attrs["view"]), {"torch": torch, "target": operands[0]})
-    if "scalar" in attrs:
-        # A left number comes before the node's last tensor (`where(cond, 2.0, x)`, `pow(2, x)`).
-        position = len(operands) - 1 if attrs.get("scalar_side") == "left" else len(operands)
-        operands.insert(position, attrs["scalar"])
-    return operands
+        tensors[0] = eval_expression(target_expr("target", attrs["view"]), {"torch": torch, "target": tensors[0]})
+    return [attrs["scalar"] if kind == "scalar" else tensors[j] for kind, j in operand_slots(node)]
 
 
 def cells_met_by_node(case) -> dict:

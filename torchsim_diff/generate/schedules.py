@@ -119,6 +119,7 @@ class ArgumentSchedule:
         self._slots: dict = collections.defaultdict(set)     # op -> its slots
         self._goals: dict = {}
         self._met: dict = collections.defaultdict(set)       # slot -> repr of every option drawn
+        self._unmet_by_op: dict = {}                         # op -> unmet(op), until its slots change
 
     def choose(self, slot: str, key: str, options, weights=None, pending=None, goal: int | None = None):
         """The option for `slot` under `key`; `pending`: the case's own earlier choices
@@ -144,13 +145,19 @@ class ArgumentSchedule:
         """Make `slot` and its `options` known without choosing: a choice its op skipped
         this time (an operand taken from the graph has no value class of its own) still
         counts as unmet."""
-        self._options[slot].update(map(repr, options))
-        self._goals[slot] = goal
-        self._slots[slot_op(slot)].add(slot)
+        known = self._options[slot]
+        fresh = [text for text in map(repr, options) if text not in known]
+        if fresh or self._goals.get(slot, ...) != goal:
+            known.update(fresh)
+            self._goals[slot] = goal
+            self._slots[slot_op(slot)].add(slot)
+            self._unmet_by_op.pop(slot_op(slot), None)
 
     def unmet(self, op: str) -> int:
         """How many more distinct options the slots of `op` need to meet their goals."""
-        return sum(self._unmet(slot) for slot in self._slots.get(op, ()))
+        if op not in self._unmet_by_op:
+            self._unmet_by_op[op] = sum(self._unmet(slot) for slot in self._slots.get(op, ()))
+        return self._unmet_by_op[op]
 
     def _unmet(self, slot: str) -> int:
         offered = len(self._options[slot])
@@ -166,4 +173,6 @@ class ArgumentSchedule:
             if counted not in self._counted:
                 self._counted.add(counted)
                 self.counts[(slot, repr(option))] += 1
-                self._met[slot].add(repr(option))
+                if repr(option) not in self._met[slot]:
+                    self._met[slot].add(repr(option))
+                    self._unmet_by_op.pop(slot_op(slot), None)

@@ -6,7 +6,7 @@ point (every reduce mode is order-independent up to rounding, which the oracle a
 """
 from __future__ import annotations
 
-from torchsim_diff.ops import OpSpec, call, register
+from torchsim_diff.ops import OpSpec, register
 from torchsim_diff.ops.attrs import BOOL, FILL, INT, one_of
 
 SCATTER_REDUCES = ("sum", "prod", "mean", "amax", "amin")
