@@ -58,7 +58,10 @@ def double_routes(monkeypatch):
 
 
 def make_case(nodes, inputs, outputs, dtype="float32", seed=0) -> Case:
-    """A hand-written case; inputs are (name, shape, strides, offset, storage_size, extra)."""
+    """A hand-written case; inputs are (name, shape, strides, offset, storage_size, extra);
+    extra["storage"]: the storage's values (drawn from the seed otherwise)."""
+    import torch
+    from torchsim_diff.case import layout, values
     specs = []
     for name, shape, strides, offset, size, extra in inputs:
         spec = {"name": name, "shape": shape, "dtype": extra.get("dtype", dtype),
@@ -66,6 +69,8 @@ def make_case(nodes, inputs, outputs, dtype="float32", seed=0) -> Case:
                 "layout": {"classes": extra.get("classes", ["contiguous"]), "strides": strides,
                            "offset": offset, "storage_size": size},
                 "mutated": extra.get("mutated", False)}
+        if "storage" in extra:
+            spec["data"] = values.encode(torch.tensor(extra["storage"], dtype=layout.dtype_of(spec["dtype"])))
         specs.append(spec)
     return Case.from_dict({"schema": 1, "dtype": dtype, "inputs": specs, "nodes": nodes,
                            "outputs": outputs, "values": {"seed": seed}})

@@ -1,4 +1,5 @@
 """The reducer: failing cases shrink, keep their bucket, and stay valid."""
+import math
 import tempfile
 import types
 
@@ -451,6 +452,73 @@ def test_a_read_bug_seen_as_a_nan_and_as_a_wrong_value_is_one_bucket(zoo_routes,
     assert {v.kind.value for v in verdicts} == {"nonfinite_mismatch", "wrong_values"}, [v.message for v in verdicts]
     assert verdicts[0].bucket == verdicts[1].bucket, [v.signature for v in verdicts]
     assert "offset" in fields[0]["trigger"]
+
+
+def test_a_dropped_tail_seen_as_a_nan_lost_and_as_a_wrong_sum_is_one_bucket(zoo_routes, tmp_path):
+    """K = 1 is all tail: [[0]] @ [[NaN]] loses the NaN, [[0.5]] @ [[2]] the product. The first
+    needs its NaN only because the other operand is 0; with both made ordinary it fails as wrong
+    values, and is that bug (one kind whichever values a reduction ends on)."""
+    def mm(left, right, seed):
+        return make_case([{"id": "v0", "op": "mm", "args": ["x0", "x1"], "attrs": {}}],
+                         [("x0", [1, 1], [1, 1], 0, 1, {"storage": [left]}),
+                          ("x1", [1, 1], [1, 1], 0, 1, {"storage": [right]})], ["v0"], seed=seed)
+    verdicts, fields = _refined("zoo-k-tail-dropped", [mm(0.0, math.nan, 1), mm(0.5, 2.0, 2)], tmp_path)
+    assert [v.kind.value for v in verdicts] == ["nonfinite_mismatch", "wrong_values"], [v.message for v in verdicts]
+    assert verdicts[0].bucket == verdicts[1].bucket, [f["signature"] for f in fields]
+    assert fields[0]["signature"].split("|")[1] == "wrong_values" and "nan" not in fields[0]["trigger"]
+
+
+def test_a_nan_made_zero_keeps_its_kind_and_its_nan_trigger(zoo_routes, tmp_path):
+    relu = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}],
+                     [("x0", [2], [1], 0, 2, {"storage": [math.nan, 0.0]})], ["v0"])
+    _verdicts, fields = _refined("zoo-relu-nan-to-zero", [relu], tmp_path)
+    assert fields[0]["signature"].split("|")[1] == "nonfinite_mismatch" and "nan" in fields[0]["trigger"], fields
+
+
+def test_a_bug_in_var_seen_through_std_is_one_bucket(zoo_routes, tmp_path):
+    """std is var's computation then a sqrt (OpSpec.kernel): the bucket names the kernel."""
+    def of(op, seed):
+        return make_case([{"id": "v0", "op": op, "args": ["x0"], "attrs": {"correction": 0, "keepdim": False}}],
+                         [("x0", [3], [1], 0, 3, {"storage": [1.0, 2.0, 4.0]})], ["v0"], seed=seed)
+    verdicts, fields = _refined("zoo-var-correction-ignored", [of("var", 1), of("std", 2)], tmp_path)
+    assert verdicts[0].bucket == verdicts[1].bucket, [f["signature"] for f in fields]
+    assert [f["first_op"] for f in fields] == ["var", "std"]
+
+
+def test_a_failure_another_process_reduced_is_not_reduced_again(zoo_routes, tmp_path, monkeypatch):
+    """The processes of one run share their reductions (triage.shared_reductions): a second
+    checker that meets the failure takes the first one's minimal case and cause."""
+    case = make_case([{"id": "v0", "op": "erf", "args": ["x0"], "attrs": {}}],
+                     [("x0", [2], [1], 0, 2, {"storage": [-1.0, 0.5]})], ["v0"])
+    shared = str(tmp_path / "reductions.sqlite")
+    fields = []
+    for k in range(2):
+        with Checker(out_dir=str(tmp_path / f"worker{k}")) as checker:
+            verdict = checker.check(case, "zoo-erf-sign-lost")
+            fields.append(refine.ReduceThenBucket.of_checker(checker, shared_path=shared).refine(verdict))
+        monkeypatch.setattr(refine, "reduce_case", lambda *a, **k: pytest.fail("reduced a second time"))
+    assert fields[0]["signature"] == fields[1]["signature"] and fields[0]["signature"].endswith("|erf|negative")
+    assert fields[1]["reduced_case"] == fields[0]["reduced_case"]
+
+
+def test_shared_reductions_that_cannot_be_stored_cost_only_the_sharing(tmp_path):
+    from torchsim_diff.triage.shared_reductions import SharedReductions
+    (tmp_path / "reductions.sqlite").write_text("not a database")
+    for path in (tmp_path, tmp_path / "reductions.sqlite"):
+        shared = SharedReductions(str(path))
+        shared.put("key", {"signature": "s"})
+        assert shared.get("key") is None
+    working = SharedReductions(str(tmp_path / "run" / "reductions.sqlite"))
+    working.put("key", {"signature": "s"})
+    assert working.get("key") == {"signature": "s"} and working.get("other") is None
+
+
+def test_every_declared_kernel_is_an_op_of_its_own_computation():
+    from torchsim_diff.ops import all_ops
+    ops = all_ops()
+    kernels = {name: spec.kernel for name, spec in ops.items() if spec.kernel}
+    assert kernels and all(kernel in ops and ops[kernel].kernel is None for kernel in kernels.values()), kernels
+    assert all(signatures.op_key(name) == kernel for name, kernel in kernels.items())
 
 
 def test_two_layout_bugs_ending_in_one_index_error_keep_two_buckets(zoo_routes, tmp_path):

@@ -125,17 +125,21 @@ def reduction_key(verdict) -> str | None:
 
 # Families whose ops are variants of one kernel (mm/bmm/matmul/addmm; the in-place writes): a
 # bug in that kernel shows through whichever variant the minimal case kept, so the family names it.
+# An op that is another's computation (OpSpec.kernel: std is var's) is named by that op.
 KERNEL_FAMILIES = ("matmul", "inplace")
 
 
 def op_key(op: str | None) -> str:
-    """The first divergent op as the bucket names it (its family for KERNEL_FAMILIES)."""
+    """The first divergent op as the bucket names it (its family for KERNEL_FAMILIES, its
+    kernel's name for an op that declares one)."""
     from torchsim_diff.ops import UnknownOp, get_op
     try:
-        family = get_op(op).family if op else None
+        spec = get_op(op) if op else None
     except UnknownOp:
-        family = None
-    return f"{family}:*" if family in KERNEL_FAMILIES else (op or "?")
+        spec = None
+    if spec is None:
+        return op or "?"
+    return f"{spec.family}:*" if spec.family in KERNEL_FAMILIES else (spec.kernel or op)
 
 
 def refined_signature(route: str, kind: Kind | str, first_op: str | None, trigger) -> str:

@@ -192,11 +192,17 @@ class WorkerSession:
         if self._runner is None:
             from torchsim_diff.run.runner import CaseRunner
             from torchsim_diff.triage.refine import ReduceThenBucket
-            # reduced where there are known bugs to match (the checker's one refiner, reused at session end)
-            reducer = ReduceThenBucket.of_checker(self.checker) if self.known else None
+            # reduced where there are known bugs to match (the checker's one refiner, reused at
+            # session end), each failure once in the run: the workers share their reductions
+            reducer = ReduceThenBucket.of_checker(self.checker, shared_path=self.reductions_path) if self.known else None
             self._runner = CaseRunner(self.checker, timeouts=self.timeouts, known=self.known, budget=self.budget,
                                       reducer=reducer)
         return self._runner
+
+    @property
+    def reductions_path(self) -> str:
+        """The run's reductions, shared by its processes (triage.shared_reductions)."""
+        return os.path.join(self.report_dir, "reductions.sqlite")
 
     @property
     def checker(self):
@@ -309,7 +315,7 @@ class WorkerSession:
             from torchsim_diff.triage.session_refinements import REFINED_PREFIX, refine_verdicts
             path = os.path.join(self.report_dir, f"{REFINED_PREFIX}{self.worker_id}.jsonl")
             refine_verdicts(self._checker, failures, path, budget_s=budget,
-                            deadline=self.budget.reduce_end if self.budget else None)
+                            deadline=self.budget.reduce_end if self.budget else None, shared_path=self.reductions_path)
 
 
 def _route_of(item) -> str:

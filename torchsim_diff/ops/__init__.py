@@ -49,6 +49,9 @@ class OpSpec:
         domain-restricted ops (log, sqrt) may consume it.
     signature: attribute name -> `attrs.Attr`, the type each attribute may hold; a case
         file's node is checked against it before its program is written.
+    kernel: the op whose computation this one is (std: var's, then a sqrt; hardtanh: clamp's;
+        mul_mixed_float: torch.mul), None for its own: a bug seen through either op is one bug,
+        and buckets name it by the kernel (buckets.signatures.op_key).
     """
 
     name: str
@@ -61,6 +64,7 @@ class OpSpec:
     result_domain: str = "real"
     signature: dict = dataclasses.field(default_factory=dict)
     edges: object = None
+    kernel: str | None = None
 
     def supports(self, dtype: str) -> bool:
         is_float = dtype.startswith(("float", "bfloat"))

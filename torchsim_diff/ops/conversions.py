@@ -16,8 +16,9 @@ OTHER_FLOAT = {"float32": "float16", "float16": "float32", "bfloat16": "float16"
 ROUND_TRIP = {"float32": ("float16", "bfloat16"), "float16": ("bfloat16",), "bfloat16": ("float16",)}
 
 
-def _register(name, emit, build, rounding, dtypes="float", signature=None):
-    register(OpSpec(name, "pointwise", emit, build, rounding=rounding, dtypes=dtypes, signature=signature or {}))
+def _register(name, emit, build, rounding, dtypes="float", signature=None, kernel=None):
+    register(OpSpec(name, "pointwise", emit, build, rounding=rounding, dtypes=dtypes, signature=signature or {},
+                    kernel=kernel))
 
 
 def _build_to_int32(b):
@@ -50,7 +51,7 @@ def _build_add_int(b):
     return [x, b.new_input(_broadcast_shape(b, b.shape(x)), dtype=b.draw_choice(["int32", "int64"]))], {}
 
 
-_register("add_int_tensor", lambda a, k: call("torch.add", a), _build_add_int, "pointwise")
+_register("add_int_tensor", lambda a, k: call("torch.add", a), _build_add_int, "pointwise", kernel="add")
 
 
 def _build_mul_mixed(b):
@@ -59,7 +60,7 @@ def _build_mul_mixed(b):
     return ([other, x] if b.draw_bool() else [x, other]), {}
 
 
-_register("mul_mixed_float", lambda a, k: call("torch.mul", a), _build_mul_mixed, "pointwise")
+_register("mul_mixed_float", lambda a, k: call("torch.mul", a), _build_mul_mixed, "pointwise", kernel="mul")
 
 
 def _broadcast_shape(b, shape) -> list:

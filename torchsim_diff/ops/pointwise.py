@@ -173,7 +173,7 @@ def _build_clamp_tensor(b):
 
 
 register(OpSpec("clamp_tensor", "pointwise", lambda a, k: call("torch.clamp", a), _build_clamp_tensor,
-                rounding="exact", dtypes="any"))
+                rounding="exact", dtypes="any", kernel="clamp"))
 
 
 def _build_hardtanh(b):
@@ -183,7 +183,7 @@ def _build_hardtanh(b):
 
 register(OpSpec("hardtanh", "pointwise",
                 lambda a, k: call("torch.nn.functional.hardtanh", a, min_val=k["min_val"], max_val=k["max_val"]),
-                _build_hardtanh, rounding="exact", signature={"min_val": NUMBER, "max_val": NUMBER}))
+                _build_hardtanh, rounding="exact", signature={"min_val": NUMBER, "max_val": NUMBER}, kernel="clamp"))
 
 
 def _build_leaky_relu(b):

@@ -85,7 +85,8 @@ register(OpSpec("var", "reduction", _emit_var_like("torch.var"), _build_var, rou
                 signature=VAR_LIKE))
 
 
-register(OpSpec("std", "reduction", _emit_var_like("torch.std"), _build_var, rounding="reduction", signature=VAR_LIKE))
+register(OpSpec("std", "reduction", _emit_var_like("torch.std"), _build_var, rounding="reduction", signature=VAR_LIKE,
+                kernel="var"))
 register(OpSpec("argmin", "reduction", _emit_one("torch.argmin"), _build_one_dim, rounding="decision", dtypes="any",
                 result_domain="index", signature=ONE_DIM))
 

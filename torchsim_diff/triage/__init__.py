@@ -7,6 +7,7 @@
     refine               reduce, then bucket: the cause signature read from the minimal case
     trigger_ablations    a minimal case's trigger by ablation; the special elements it needs; neutral ops
     session_refinements  reduce, then bucket at a pytest session's end: each process's refined-*.jsonl
+    shared_reductions    a run's reductions shared by its processes: a failure is reduced once per run
     self_check           NEW only when a bucket's replays fail and its repro.py reproduces it
     corpus_replay        replaying corpus entries: seeds must pass, known bugs must still fail
 

@@ -6,7 +6,9 @@
 The reduction (triage.reduce) keeps the failure's cause: route, kind, place and, for a value
 failure, its first divergent op (cause_key). Its minimal case then gives the cause signature
 (buckets.signatures, "cause signatures"): the special elements the failure does not need are
-made ordinary (needed_specials, delta debugging), the first divergent op is read (every
+made ordinary (needed_specials, delta debugging), a NaN or Inf mismatch that still fails as
+wrong values with its special and zero elements made ordinary takes that verdict (one bug, one
+kind, whichever values the reduction ended on), the first divergent op is read (every
 intermediate as an output), replaced by neutral ops to see whether it is part of the cause,
 and the trigger is what the failure needs among the layout, dtype and value features of its
 inputs (ablations). Reductions are cached by case and, within a run, by raw failure
@@ -36,7 +38,9 @@ from torchsim_diff.run.checker import Checker
 from torchsim_diff.buckets import signatures
 from torchsim_diff.triage.case_edits import _materialize
 from torchsim_diff.triage.reduce import DEFAULT_BUDGET_S, ReduceError, reduce_case
-from torchsim_diff.triage.trigger_ablations import _value_classes, ablations, needed_specials, neutral_substitutes
+from torchsim_diff.triage.shared_reductions import SharedReductions
+from torchsim_diff.triage.trigger_ablations import (_value_classes, ablations, needed_specials, neutral_substitutes,
+                                                    ordinary_variants)
 
 HANG_BUDGET_TIMEOUTS = 2
 MIN_REDUCE_S = 3.0                # below this a reduction would end with the case it began with
@@ -92,17 +96,21 @@ class ReduceThenBucket:
         self.cap_s: float | None = None       # a campaign's deadline: not even a hang's reduction goes past it
         self.by_case: dict = _load_cache(cache_path)
         self.by_raw: dict = {}
+        self.shared: SharedReductions | None = None     # the run's other processes' reductions, by raw_key
 
     @classmethod
     def of_checker(cls, checker: Checker, *, budget_s: float = DEFAULT_BUDGET_S,
-                   cap_s: float | None = None) -> "ReduceThenBucket":
+                   cap_s: float | None = None, shared_path: str | None = None) -> "ReduceThenBucket":
         """The one refiner of `checker` in this process, so that a failure reduced to be matched
         against the known bugs (run.runner) is not reduced again at session end
-        (session_refinements.refine_verdicts)."""
+        (session_refinements.refine_verdicts). shared_path: the run's SharedReductions file, so
+        that a failure another process reduced is not reduced again here."""
         refiner = _REFINERS.get(checker)
         if refiner is None:
             refiner = _REFINERS[checker] = cls(checker, budget_s=budget_s)
         refiner.budget_s, refiner.cap_s = budget_s, cap_s
+        if shared_path is not None:
+            refiner.shared = SharedReductions(shared_path)
         return refiner
 
     def refine(self, verdict, *, stop_at: float | None = None) -> dict:
@@ -111,9 +119,9 @@ class ReduceThenBucket:
         half-reduced case could name another bug), and its record says DEFERRED."""
         if not verdict.failed or not verdict.kind.reducible:
             return {}
-        raw = verdict.signature
+        raw, by_raw = verdict.signature, raw_key(verdict)
         key = f"{verdict.route}|{verdict.case.case_id}"
-        found = self.by_case.get(key) or self.by_raw.get(raw_key(verdict))
+        found = self.by_case.get(key) or self.by_raw.get(by_raw) or self._reduced_elsewhere(by_raw)
         if found is None:
             try:
                 found = self._reduce_and_classify(verdict, stop_at)
@@ -124,10 +132,19 @@ class ReduceThenBucket:
                 # killed from outside): kept as found, in its raw bucket, and the run goes on.
                 # Not cached: a later failure in the bucket may reproduce and be reduced.
                 return dict(reduce_error=str(exc))
-            self.by_case[key] = self.by_raw[raw_key(verdict)] = found
+            self.by_case[key] = self.by_raw[by_raw] = found
             _save_cache(self.cache_path, self.by_case)
+            if self.shared is not None:
+                self.shared.put(by_raw, found)
         verdict.refined, fields = reduction_of(found)
         return dict(fields, raw_bucket=classify_bucket(raw), reduce_error=None)
+
+    def _reduced_elsewhere(self, by_raw: str) -> dict | None:
+        """The reduction another process of the run made of this raw failure, kept here too."""
+        found = self.shared.get(by_raw) if self.shared is not None else None
+        if found is not None:
+            self.by_raw[by_raw] = found
+        return found
 
     def _reduce_and_classify(self, verdict, stop_at: float | None = None) -> dict:
         started = time.perf_counter()
@@ -146,7 +163,7 @@ class ReduceThenBucket:
             # The failures met through other ops were this one, not findings of their own.
             minimal, runs = self._reduced_with_any_op(minimal, runs)
             others = {k: v for k, v in others.items() if not k.startswith(f"{signatures.reduction_key(minimal)}|")}
-        minimal = self._without_idle_specials(minimal)
+        minimal = self._as_wrong_values_where_it_can(self._without_idle_specials(minimal))
         signature, first_op, trigger = self._cause(minimal, verdict)
         refinement = Refinement(signature or verdict.signature, minimal.case.to_dict(), first_op, trigger,
                                 time.perf_counter() - started, runs,
@@ -197,6 +214,20 @@ class ReduceThenBucket:
             return minimal
         again = self.checker.check(case, minimal.route)
         return again if self.cause_key(again) == key else minimal
+
+    def _as_wrong_values_where_it_can(self, minimal):
+        """A NaN or Inf mismatch whose minimal case fails as wrong values, with the same cause
+        key, once its special and zero elements are made ordinary (ordinary_variants): that
+        wrong value's verdict. One bug then gets one kind whichever values the reduction ended
+        on; a mismatch that needs its NaN (a NaN made 0) keeps its kind."""
+        if minimal.kind != Kind.NONFINITE_MISMATCH:
+            return minimal
+        key = self.cause_key(minimal)
+        for candidate in ordinary_variants(minimal.case):
+            again = self.checker.check(candidate, minimal.route)
+            if again.kind == Kind.WRONG_VALUES and self.cause_key(again) == key:
+                return again
+        return minimal
 
     def _budget_for(self, verdict) -> float:
         """The reduction's base budget: a hang's covers HANG_BUDGET_TIMEOUTS timeouts, since

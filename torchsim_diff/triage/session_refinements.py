@@ -16,14 +16,15 @@ REFINED_PREFIX = "refined-"
 
 
 def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: float = DEFAULT_BUDGET_S,
-                    deadline: float | None = None) -> int:
+                    deadline: float | None = None, shared_path: str | None = None) -> int:
     """Reduce, then bucket, a pytest process's failing verdicts at session end (each xdist
     worker its own, in parallel, on its warm workers); one JSON line per verdict into
     `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements. With a
     `deadline` (time.time(); a campaign's), a failure unlike those before it goes first (one
     like them takes their reduction for free), each reduction's base is its part of the time
     left (_part_of_time_left) and none goes past the deadline: one the time does not reach or
-    cuts stays as found, never half reduced (reduce_error says why)."""
+    cuts stays as found, never half reduced (reduce_error says why). shared_path: the run's
+    SharedReductions, so that what another process reduced first is not reduced here again."""
     verdicts = _distinct_first(list(verdicts)) if deadline is not None else list(verdicts)
     lines = []
     for k, verdict in enumerate(verdicts):
@@ -31,8 +32,8 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
         if share < MIN_REDUCE_S:
             fields = dict(reduce_error=NOT_REACHED) if verdict.failed and verdict.kind.reducible else {}
         else:
-            fields = ReduceThenBucket.of_checker(checker, budget_s=share,
-                                                 cap_s=None if deadline is None else share).refine(verdict, stop_at=deadline)
+            fields = ReduceThenBucket.of_checker(checker, budget_s=share, cap_s=None if deadline is None else share,
+                                                 shared_path=shared_path).refine(verdict, stop_at=deadline)
             if fields == dict(reduce_error=DEFERRED):      # cut by the deadline: the time ran out
                 fields = dict(reduce_error=NOT_REACHED)
         if fields:

@@ -168,6 +168,32 @@ def needed_specials(case: Case, still_fails) -> Case:
     return last[0]
 
 
+def ordinary_variants(case: Case) -> list:
+    """`case` with every NaN, Inf, subnormal and zero element of its float inputs' views made
+    ordinary, once per ORDINARY_CHOICES (the first, then the second of PLAIN_VALUES the view's
+    other elements do not hold); [] when it holds none. A NaN or Inf mismatch that still fails
+    in one as wrong values is that wrong value's bug: the reduction zeroed what a special value
+    met (a matmul's dropped tail reads as a NaN lost once the other operand is 0)."""
+    variants = []
+    for choice in range(ORDINARY_CHOICES):
+        current, changed = case, False
+        for k, spec in enumerate(case.inputs):
+            if not spec["dtype"].startswith(("float", "bfloat")) or layout.is_overlapping(spec["shape"], spec["layout"]["strides"]):
+                continue
+            flat = _materialize(current, k).reshape(-1).clone()
+            odd = (flat == 0) | ~torch.isfinite(flat) | (flat.abs() < torch.finfo(flat.dtype).tiny)
+            if not bool(odd.any()):
+                continue
+            flat[odd] = _plain_values(flat, odd)[choice]
+            current = _with_values(current, k, flat.reshape(spec["shape"]))
+            changed = True
+            if current is None:
+                break
+        if changed and current is not None and _is_valid(current):
+            variants.append(current)
+    return variants
+
+
 def _without_negative_attrs(case: Case) -> list:
     """`case` with every negative integer attribute (alone or in a list) made non-negative, two
     ways: its magnitude, and counted from the start of its node's first operand's dims (the
