@@ -194,6 +194,25 @@ def test_two_processes_sharing_a_history_lose_no_update(tmp_path):
     assert set(buckets) == {"shared", "only-a", "only-b"} and buckets["shared"]["count"] == 300
 
 
+def test_processes_starting_at_once_on_a_new_history_both_open_it(tmp_path):
+    """Two processes open each of 40 new histories at the same instant. Without the folder lock
+    (buckets.history_file._opening) about one pair in nine failed on SQLite's switch to WAL mode
+    ("database is locked"), and a check of a half-made file could set it aside with its buckets."""
+    from tests.doubles.history_openers import open_each
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(2)
+    workers = [ctx.Process(target=open_each, args=(str(tmp_path), 40, name, barrier)) for name in ("a", "b")]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert [w.exitcode for w in workers] == [0, 0]
+    for k in range(40):
+        folder = tmp_path / f"history{k}"
+        assert set(BucketStore(str(folder / "buckets.sqlite"), read_only=True).buckets) == {"a", "b"}
+        assert not [name for name in os.listdir(folder) if "unreadable" in name]
+
+
 def test_a_bucket_a_killed_run_left_unchecked_is_new_again_until_settled(tmp_path):
     path = str(tmp_path / "buckets.sqlite")
     killed = BucketStore(path)

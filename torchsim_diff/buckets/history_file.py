@@ -11,6 +11,9 @@
    aside, and a new history started, by a command that writes; copied (beside it, or to the
    temporary folder where its folder is read-only) and read as empty by one that reads.
 
+A writer opens a folder's history alone, a reader beside other readers (flock on the folder):
+two campaigns started at once on a new history would otherwise race SQLite's switch to WAL mode.
+
 A reader opens the file read-only (`mode=ro`): it never switches the journal, adds a table or
 writes a byte. In a read-only folder, where SQLite cannot make the index a WAL-mode file
 needs beside it, the reader opens a copy.
@@ -20,6 +23,8 @@ needs beside it, the reader opens a copy.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import fcntl
 import os
 import shutil
 import sqlite3
@@ -54,6 +59,37 @@ def open_history(path: str, *, read_only: bool) -> sqlite3.Connection:
     """A connection to the history at `path`, verified (module docstring); StorageError (one
     line) for a file that is not ours or cannot be opened. A writer's connection has SCHEMA
     and WAL mode; a reader's is empty (in memory) when there is no file or it is damaged."""
+    with _opening(path, exclusive=not read_only):
+        return _open_verified(path, read_only)
+
+
+@contextlib.contextmanager
+def _opening(path: str, *, exclusive: bool):
+    """A writer opens a folder's history alone, a reader beside other readers: two campaigns that
+    start at once on a new history otherwise race SQLite's switch to WAL mode ("database is
+    locked", about one pair in nine) or check a file the other is still making ("malformed", then
+    set aside with its buckets). The lock is flock on the folder: no file is added beside the
+    history, and SQLite's own fcntl locks on it are left alone (closing a second descriptor of
+    the history in this process would drop them)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if exclusive:
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:
+            pass                    # _writable says why in one line
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        yield                       # no folder (a reader has nothing to open) or not ours to read
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)                # and the lock with it
+
+
+def _open_verified(path: str, read_only: bool) -> sqlite3.Connection:
     if not _check_file(path):
         return scratch() if read_only else _writable(path)
     _check_log(path)
