@@ -170,22 +170,23 @@ def test_lazy_draws_give_the_first_cases_in_order_and_stop_when_closed():
     assert not any(lazy._thread.is_alive() for lazy in unbounded)
 
 
-def test_a_plain_repro_runs_where_torchsim_diff_cannot_be_imported(tmp_path):
-    """A repro.py that imports torchsim-diff by mistake would fail its self-check."""
-    import subprocess
+def test_a_plain_repro_runs_where_torchsim_diff_cannot_be_imported(tmp_path, monkeypatch):
+    """A repro.py that imports torchsim-diff by mistake would fail its self-check, even where
+    PYTHONPATH names a checkout of it (as a developer's shell may)."""
     import sys
 
+    from tests.conftest import REPO
     from torchsim_diff.triage.self_check import _ReproRuns
+    monkeypatch.setenv("PYTHONPATH", REPO)
     plain, harness = tmp_path / "plain", tmp_path / "harness"
-    for folder, text in ((plain, "import torch\n"), (harness, "from torchsim_diff.run.checker import Checker\n")):
+    probe = "import importlib.util as u, torch\nprint(u.find_spec('torchsim_diff'))\n"
+    for folder, text in ((plain, probe), (harness, "from torchsim_diff.run.checker import Checker\n")):
         folder.mkdir()
         (folder / "repro.py").write_text(text)
     with _ReproRuns() as runs:
         assert runs.python_for(str(harness)) == sys.executable
-        python = runs.python_for(str(plain))
-        probe = "import importlib.util as u, torch; print(u.find_spec('torchsim_diff'))"
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=str(tmp_path))
-        assert python != sys.executable and done.stdout.strip() == "None", done.stderr
+        assert runs.python_for(str(plain)) != sys.executable
+        assert runs._run(str(plain)) == (0, "None")
 
 
 def test_the_issue_text_quotes_the_self_checks_run_of_repro_not_the_unreduced_message(tmp_path):

@@ -46,8 +46,13 @@ def run_repro(bundle: str, python: str = sys.executable, timeout_s: float = 300,
               script: str = "repro.py") -> tuple:
     """(exit status or TIMED_OUT, stdout, stderr) of one run of the bundle's `script` in a
     fresh process, as a maintainer runs it. started: called with the process once it runs
-    (so that an interrupt can kill it); a run past `timeout_s` is killed."""
+    (so that an interrupt can kill it); a run past `timeout_s` is killed. A `python` other than
+    this process's (the torch-only venv, plain_script.torch_only_python) runs without PYTHONPATH
+    and PYTHONHOME: a checkout of torchsim-diff named there would let a repro.py that imports it
+    by mistake pass as one that needs torch alone."""
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}     # a bundle ships no __pycache__ of its own
+    if python != sys.executable:
+        env = {name: value for name, value in env.items() if name not in ("PYTHONPATH", "PYTHONHOME")}
     with subprocess.Popen([python, script], cwd=bundle, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           stdin=subprocess.DEVNULL, text=True, env=env) as proc:
         if started is not None:
