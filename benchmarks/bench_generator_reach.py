@@ -20,7 +20,6 @@ import statistics
 import time
 
 import torch
-from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from torchsim_diff.case import layout
 from torchsim_diff.case.values import SPECIAL_TAIL
@@ -29,7 +28,7 @@ from torchsim_diff.ops import get_op
 from torchsim_diff.ops.pointwise import OPERAND_FORMS
 
 from torchsim_diff.run import second_size
-from torchsim_diff.generate.draws import DRAWS_PER_CASE
+from torchsim_diff.generate.draws import first_cases
 from torchsim_diff.ops import all_ops
 from torchsim_diff.report.tables import gini
 from torchsim_diff.routes.compile_options import dynamic_for
@@ -40,17 +39,9 @@ from torchsim_diff.generate.strategies import cases
 
 
 def draw(dtype: str, count: int, seed_value: int) -> list:
-    found: dict = {}
-
-    @seed(seed_value)
-    @settings(max_examples=count * DRAWS_PER_CASE, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
-    @given(case=cases(dtype=dtype))
-    def collect(case):
-        if len(found) < count:
-            found.setdefault(case.case_id, case)
-    collect()
-    return list(found.values())
+    """The campaign's cases (generate.draws.first_cases): drawing stops at the count's last
+    distinct case, as a campaign's does, so the time per case is a campaign's."""
+    return first_cases(cases(dtype=dtype), seed_value=seed_value, count=count)
 
 
 def share(cases_, predicate) -> float:
