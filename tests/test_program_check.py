@@ -104,3 +104,25 @@ def test_each_load_compiles_afresh_never_reusing_an_earlier_cases_graph():
         compiled(storage.as_strided((4,), (1,), offset))
         compiles.append(counter.frame_count)
     assert compiles == [1, 2], "the second load reused the first load's compiled graph"
+
+
+def test_torchs_warnings_about_a_cases_own_computation_are_not_shown_and_others_are():
+    """var of one element warns in torch; a campaign meets it on purpose (an edge), in the
+    program, its node expressions and the judge's float64 run, and would print it each time.
+    The same call from anywhere else still warns."""
+    import subprocess
+    import sys
+    script = (
+        "import torch\n"
+        "from torchsim_diff.case.program_check import eval_expression, load_program\n"
+        "from torchsim_diff.judge.carried_rounding import carried\n"
+        "x = torch.ones(1)\n"
+        "eval_expression('torch.var(x0, correction=1)', {'torch': torch, 'x0': x})\n"
+        "program = load_program('import torch\\ndef program(x0):\\n    v0 = torch.var(x0, correction=1)\\n    return [v0]\\n')\n"
+        "program(x)\n"
+        "carried(program, [x.double()], torch.float32)\n"
+        "print('quiet so far', flush=True)\n"
+        "torch.var(x, correction=1)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "quiet so far" in done.stdout, done.stderr
+    assert done.stderr.count("UserWarning") == 1 and "<string>" in done.stderr, done.stderr

@@ -19,8 +19,15 @@ import ast
 import functools
 import itertools
 import threading
+import warnings
 
 RESULT = "program"
+# The module name a case's code runs under. torch's warnings about what a case computes (var
+# of one element, a cast that overflows) are the case's semantics, met on purpose by the
+# generator's edges, never news: they would bury a campaign's progress lines, so they are not
+# shown (a torch warning from anywhere else still is).
+CASE_MODULE = "torchsim_diff.case_code"
+warnings.filterwarnings("ignore", category=UserWarning, module=CASE_MODULE.replace(".", r"\.") + "$")
 # Names a program may read that it does not define: the module and the one builtin the
 # registry writes (`float('-inf')` for a masked fill).
 FREE_NAMES = frozenset({"torch", "float"})
@@ -62,7 +69,7 @@ def load_program(source: str):
     for the earlier function's `__compiled_fn`), and dynamic shapes would be decided from
     other cases' sizes. A case run alone and the same case run after others must be the
     same computation."""
-    namespace: dict = {}
+    namespace: dict = {"__name__": CASE_MODULE}
     exec(_checked_program(_text(source)), namespace)  # noqa: S102 - only checked code objects
     program = namespace[RESULT]
     program.__code__ = program.__code__.replace(co_filename=f"<torchsim-diff program {next(_LOADS)}>")
@@ -71,7 +78,8 @@ def load_program(source: str):
 
 def eval_expression(expr: str, env: dict):
     """The value of one node expression over `env` (names -> values; `torch` among them)."""
-    return eval(_checked_expression(_text(expr), frozenset(env)), dict(env))  # noqa: S307 - checked code only
+    code = _checked_expression(_text(expr), frozenset(env))
+    return eval(code, {**env, "__name__": CASE_MODULE})  # noqa: S307 - checked code only
 
 
 # A text is checked and compiled once: the same program is written, checked and loaded by the
