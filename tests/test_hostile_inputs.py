@@ -937,3 +937,18 @@ def test_raw_html_from_a_message_or_a_cause_lands_in_issue_md_only_inside_code_f
     assert "`a<b`" in outside and "&lt;script>" in outside and "cast&lt;Ty>()" in outside
     for tag in ("<img", "<script", "<iframe"):
         assert tag not in outside, outside
+
+
+def test_a_history_on_a_file_system_without_flock_opens_on_sqlites_locks_alone(tmp_path, monkeypatch):
+    """Two campaigns opening one history take turns through flock on its folder
+    (buckets.history_file); where the file system has no flock (some network ones), the history
+    still opens, for writing and for reading, instead of failing with a traceback."""
+    import fcntl
+    from torchsim_diff.buckets.bucket_history import BucketStore
+
+    def no_locks(fd, operation):
+        raise OSError(37, "No locks available")
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    path = str(tmp_path / "buckets.sqlite")
+    BucketStore(path).close()
+    assert BucketStore(path, read_only=True).buckets == {}

@@ -83,7 +83,10 @@ def _opening(path: str, *, exclusive: bool):
         yield                       # no folder (a reader has nothing to open) or not ours to read
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        except OSError:
+            pass                    # a file system without flock (some network ones): SQLite's locks alone
         yield
     finally:
         os.close(fd)                # and the lock with it
