@@ -63,6 +63,7 @@ def test_a_batch_that_does_not_compile_is_rerun_case_by_case(cases, tmp_path, do
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_a_batched_campaign_runs_the_same_cases_with_the_same_verdicts(tmp_path):
     from torchsim_diff.campaign.fuzz import run_campaign
     runs = [run_campaign(CampaignOptions(routes=["eager"], out_dir=str(tmp_path / str(b)), max_examples=7, seed=4,

@@ -28,6 +28,7 @@ def test_routes_take_turns_and_each_starts_at_another_family():
     assert [family for route, family in ordered if route == "b"] == [1, 2, 3, 0]
 
 
+@pytest.mark.e2e
 def test_fuzz_items_are_collected_route_by_route_in_turn():
     import subprocess
     import sys

@@ -19,7 +19,7 @@ def drawn():
     """Cases of every dtype, derandomized: (case, program source) pairs."""
     found = []
     for dtype in DTYPES:
-        @settings(max_examples=40, database=None, derandomize=True, phases=[Phase.generate],
+        @settings(max_examples=25, database=None, derandomize=True, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck), deadline=None)
         @given(strategies.cases(dtype=dtype, special_values=dtype == "float32"))
         def collect(case):

@@ -19,6 +19,7 @@ def _fuzz(tmp_path, route: str, capsys) -> tuple:
     return code, capsys.readouterr().out, failing, BucketStore(history).buckets
 
 
+@pytest.mark.e2e
 def test_a_bug_whose_repro_reproduces_is_new_with_its_bundle(tmp_path, double_routes, capsys):
     code, printed, failing, history = _fuzz(tmp_path, "double-wrong-element", capsys)
     assert code == EXIT_FINDINGS and failing
