@@ -126,3 +126,11 @@ def test_torchs_warnings_about_a_cases_own_computation_are_not_shown_and_others_
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "quiet so far" in done.stdout, done.stderr
     assert done.stderr.count("UserWarning") == 1 and "<string>" in done.stderr, done.stderr
+
+
+def test_an_input_named_like_the_module_name_is_still_the_input():
+    """Node expressions run with the case module's name (the warning filter), which never
+    shadows a case's own names: any identifier, `__name__` too, is a usable input name."""
+    import torch
+    x = torch.tensor([-1.0, 2.0])
+    assert torch.equal(eval_expression("torch.relu(__name__)", {"torch": torch, "__name__": x}), torch.relu(x))

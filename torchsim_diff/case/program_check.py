@@ -79,7 +79,8 @@ def load_program(source: str):
 def eval_expression(expr: str, env: dict):
     """The value of one node expression over `env` (names -> values; `torch` among them)."""
     code = _checked_expression(_text(expr), frozenset(env))
-    return eval(code, {**env, "__name__": CASE_MODULE})  # noqa: S307 - checked code only
+    # env's names come first: a case may name an input `__name__` (an identifier like any other)
+    return eval(code, {"__name__": CASE_MODULE, **env})  # noqa: S307 - checked code only
 
 
 # A text is checked and compiled once: the same program is written, checked and loaded by the
