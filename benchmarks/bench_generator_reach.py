@@ -34,7 +34,7 @@ from torchsim_diff.report.tables import gini
 from torchsim_diff.routes.compile_options import dynamic_for
 from torchsim_diff.generate import strategies
 from torchsim_diff.generate.edge_reach import cells_met, declared_edges, meant_reached
-from torchsim_diff.ops.edges import FLOAT_ONLY_CLASSES, Value
+from torchsim_diff.ops.edges import is_cell
 from torchsim_diff.generate.strategies import cases
 
 
@@ -146,15 +146,15 @@ def forms_and_views(drawn: list) -> None:
 
 def edge_census(dtype: str, drawn: list, per_op: bool) -> None:
     """Cells met at least once, per family and overall; per op, the cases meeting each cell. In an
-    integer case, the float-only value classes (NaN, -0, ...) are no cells."""
-    integers = dtype.startswith("int")
+    integer case, the float-only value classes (NaN, -0, ...) are no cells, and in a float case the
+    integer-only ones (int min): ops.edges.is_cell."""
     cases_meeting = collections.Counter(cell for case in drawn for cell in cells_met(case))
     by_family = collections.defaultdict(lambda: [0, 0])
     for spec in all_ops().values():
         if not spec.supports(dtype):
             continue
         counts = {edge.label: cases_meeting[(spec.name, edge.label)] for edge in declared_edges(spec)
-                  if not (integers and isinstance(edge, Value) and edge.value in FLOAT_ONLY_CLASSES)}
+                  if is_cell(edge, dtype)}
         tally = by_family[spec.family]
         tally[0] += sum(1 for n in counts.values() if n)
         tally[1] += len(counts)
@@ -175,10 +175,8 @@ def meant_census(dtype: str, drawn: list, per_op: bool) -> None:
         for op, label, reached in meant_reached(case):
             meant[(op, label)][0] += 1
             meant[(op, label)][1] += reached
-    integers = dtype.startswith("int")
     declared = {(spec.name, edge.label) for spec in all_ops().values() if spec.supports(dtype)
-                for edge in declared_edges(spec)
-                if not (integers and isinstance(edge, Value) and edge.value in FLOAT_ONLY_CLASSES)}
+                for edge in declared_edges(spec) if is_cell(edge, dtype)}
     if per_op:
         for op in sorted({op for op, _ in meant}):
             cells = {label: n for (o, label), n in meant.items() if o == op}

@@ -10,12 +10,13 @@ import torch
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.validate import InvalidCase, validate_case
 from torchsim_diff.generate.draws import first_cases
-from torchsim_diff.generate.edge_reach import cells_met, declared_edges, meant_cells, meant_reached
+from torchsim_diff.generate.edge_reach import cells_met, declared_edges, meant_cells, meant_reached, operand_slots
 from torchsim_diff.generate.policy import ENV, GenPolicy, InvalidPolicy, active_policy
-from torchsim_diff.generate.schedules import CoverageSchedule
+from torchsim_diff.generate.edge_placement import EDGE_SLOT, EdgePlacement
+from torchsim_diff.generate.schedules import ArgumentSchedule, CoverageSchedule
 from torchsim_diff.generate.strategies import InvalidArgument, cases
 from torchsim_diff.ops import all_ops, get_op
-from torchsim_diff.ops.edges import FORMS, Value, met
+from torchsim_diff.ops.edges import FORMS, Form, Value, is_cell, met
 
 ALWAYS = GenPolicy(edge_percent=100)
 
@@ -79,11 +80,83 @@ def test_a_planted_value_reaches_its_op_in_graphs_of_several_nodes():
         for (node_id, op, label), (_, _, reached) in zip(meant_cells(case), meant_reached(case)):
             node = next(n for n in case.nodes if n["id"] == node_id)
             operand, _, value = label.partition("=")
-            name = node["args"][int(operand[1:])] if value and int(operand[1:]) < len(node["args"]) else None
+            slots = operand_slots(node)
+            slot = slots[int(operand[1:])] if value and int(operand[1:]) < len(slots) else (None, None)
+            name = node["args"][slot[1]] if slot[0] == "arg" else None
             if name in inputs and value in map(str, inputs[name]["domain"].get("plant", [])):
                 fed += 1
                 assert reached, (op, label, case.to_json())
     assert fed >= 10
+
+
+def _meant_edges(case) -> dict:
+    """node id -> the edges that node meant (labels read back through its op's declared edges)."""
+    by_node = {}
+    for node_id, op, label in meant_cells(case):
+        edges = {edge.label: edge for edge in declared_edges(get_op(op))}
+        by_node.setdefault(node_id, []).append(edges[label])
+    return by_node
+
+
+def test_a_node_means_one_form_per_operand_and_no_value_beside_a_whole_operand_class():
+    """Two layouts of one operand, or "all true" beside "all false", cannot both reach the op: a
+    node meaning both wasted one (contiguous meant stride 0 and permuted of its one operand)."""
+    drawn = _draw(40, ops=["contiguous", "logical_or", "where", "mm"], max_nodes=2, policy=ALWAYS)
+    pairs = 0
+    for case in drawn:
+        for edges in _meant_edges(case).values():
+            forms = [edge.operand for edge in edges if isinstance(edge, Form)]
+            assert len(forms) == len(set(forms)), (edges, case.to_json())
+            whole = {edge.operand for edge in edges if isinstance(edge, Value) and edge.value in ("all true", "all false")}
+            assert all(sum(1 for e in edges if isinstance(e, Value) and e.operand == o) == 1 for o in whole), edges
+            pairs += len(edges) > 1
+    assert pairs >= 20            # nodes meaning several cells were drawn
+
+
+@pytest.mark.parametrize("op,label", [("le", "x1 scalar"), ("add", "x0 scalar"), ("where", "x2 scalar"),
+                                      ("eq", "x1 int32"), ("cumsum", "x0 int32"),
+                                      ("interpolate", "mode='nearest-exact'"), ("hardtanh", "min >= max")])
+def test_a_meant_number_dtype_or_argument_is_put_at_the_op(op, label):
+    """A Python number, an operand of another dtype or an argument value is placed, not hoped for
+    from free builds (those met it in a few of ten tries or never)."""
+    reached = [hit for case in _draw(30, ops=[op], max_nodes=1, policy=ALWAYS)
+               for _, meant_label, hit in meant_reached(case) if meant_label == label]
+    assert reached and sum(reached) >= len(reached) / 2, reached
+
+
+def test_a_class_no_operand_of_the_cases_dtype_holds_is_no_cell():
+    assert not is_cell(Value(0, "int min"), "float32") and is_cell(Value(0, "int min"), "int64")
+    assert not is_cell(Value(0, "nan"), "int32") and is_cell(Value(0, "nan"), "bfloat16")
+    assert is_cell(Form(1, "int32"), "float32")
+    float_cases = _draw(20, ops=["abs", "neg"], max_nodes=2, policy=ALWAYS)
+    assert not any(label == "x0=int min" for case in float_cases for _, _, label in meant_cells(case))
+
+
+def test_edge_nodes_go_to_ops_with_cells_left():
+    """An op whose every cell was met means almost none; the share it gives up goes to ops with
+    cells left, up to twice the policy's; a share of none or all stays as the policy says."""
+    class Placer(EdgePlacement):
+        def __init__(self, policy):
+            self.policy, self.arguments = policy, ArgumentSchedule(policy)
+
+    placer = Placer(GenPolicy(edge_percent=30))
+    placer.arguments.offer("relu:edge", ["x0=nan"])
+    placer.arguments.offer("pow:edge", ["x0=nan", "x1=0.5"])
+    placer.arguments.offer("exp:edge", ["x0=nan"])
+    assert placer._edge_share("pow:edge") == 30                 # every op has cells left
+    placer.arguments.record(None, [(EDGE_SLOT, False, f"node {i}") for i in range(10)])
+    placer.arguments.record(None, [("relu:edge", "x0=nan", "met nan")])
+    assert placer._edge_share("relu:edge") == 1
+    assert placer._edge_share("pow:edge") == 45                  # 30 x 3 ops / 2 with cells left
+    placer.arguments.record(None, [("exp:edge", "x0=nan", "met nan")])
+    assert placer._edge_share("pow:edge") == 60                  # at most twice the policy's
+    placer.arguments.record(None, [(EDGE_SLOT, True, f"edge node {i}") for i in range(4)])
+    assert placer._edge_share("pow:edge") == 60                  # 4 of 14 nodes: under 30% x SHARE_SLACK
+    placer.arguments.record(None, [(EDGE_SLOT, True, f"edge node {i}") for i in range(4, 6)])
+    assert placer._edge_share("pow:edge") == 30                  # 6 of 16: the share is spent
+    for share in (0, 100):
+        placer.policy = GenPolicy(edge_percent=share)
+        assert placer._edge_share("relu:edge") == share
 
 
 def test_no_node_means_a_cell_at_edge_share_zero():

@@ -18,15 +18,21 @@ import torch
 from torchsim_diff.case import layout, values
 from torchsim_diff.case.graph import Case
 from torchsim_diff.case.program_check import eval_expression
-from torchsim_diff.generate.domains import FLOAT_DTYPES, INDEX_DOMAINS, INT_DTYPES, SATISFIES, TAILED_KINDS
+from torchsim_diff.generate.domains import FLOAT_DTYPES, INDEX_DOMAINS, SATISFIES, TAILED_KINDS
 from torchsim_diff.generate.edge_reach import cells_met_by_node, declared_edges, operand_slots, operands_of
 from torchsim_diff.generate.input_layouts import draw_geometry
-from torchsim_diff.ops.attrs import NUMBER
-from torchsim_diff.ops.edges import FLOAT_ONLY_CLASSES, Form, Value as EdgeValue, met
+from torchsim_diff.ops.attrs import NUMBER, check_attrs
+from torchsim_diff.ops.edges import ArgValue, Form, Value as EdgeValue, is_cell, met
 
 EDGE_SLOT = "case:edge node"      # the ArgumentSchedule's slot for "this node means edges"
+# The campaign's edge share may run this far over the policy's while ops with cells left get more.
+SHARE_SLACK = 1.25
 LAYOUT_FORMS = {"stride 0": "broadcast", "permuted": "transposed", "non-contiguous": "sliced", "offset": "offset"}
 SHAPE_FORMS = ("0-d", "one element", "size-1 dim")
+DTYPE_FORMS = ("int64", "int32", "float16", "float32")
+REPLACING_FORMS = frozenset({"scalar", *DTYPE_FORMS})
+# Value classes that fill the whole operand: no other value of that operand can be met beside them.
+WHOLE_OPERAND_CLASSES = frozenset({"all true", "all false"})
 
 
 class EdgePlacement:
@@ -46,18 +52,41 @@ class EdgePlacement:
             return [], 0
         slot = f"{spec.name}:edge"
         self.arguments.offer(slot, list(edges))
-        share = self.policy.edge_percent
+        share = self._edge_share(slot)
         if not self._choose(EDGE_SLOT, [False, True], [100 - share, share]):
             return [], 0
         chosen: list = []
+
+        def open_cells(labels):
+            return [label for label in labels if label not in chosen
+                    and not any(_conflict(edges[label], edges[c]) for c in chosen)]
         for _ in range(min(self.policy.edges_per_node, len(edges))):
-            chosen.append(self._choose(slot, [label for label in edges if label not in chosen]))
+            if open_cells(edges):
+                chosen.append(self._choose(slot, open_cells(edges)))
         primary = len(chosen)
         for operand in sorted({edges[label].operand for label in chosen if isinstance(edges[label], EdgeValue)}):
             more = [label for label, edge in edges.items() if isinstance(edge, EdgeValue) and edge.operand == operand]
-            while sum(1 for label in chosen if label in more) < min(self.policy.plants_per_operand, len(more)):
-                chosen.append(self._choose(slot, [label for label in more if label not in chosen]))
+            while open_cells(more) and sum(1 for label in chosen if label in more) < min(self.policy.plants_per_operand,
+                                                                                   len(more)):
+                chosen.append(self._choose(slot, open_cells(more)))
         return [edges[label] for label in chosen], primary
+
+    def _edge_share(self, slot: str) -> int:
+        """The percent of this op's nodes that mean edges: the policy's share where it is none or
+        all. Else about none once each of the op's cells was met; for an op with cells left, the
+        policy's share, raised (up to twice) while the campaign's edge nodes are fewer than
+        SHARE_SLACK times the policy's share of its nodes: the edge nodes go where cells are left,
+        and their share stays about the policy's."""
+        share = self.policy.edge_percent
+        if share in (0, 100):
+            return share
+        if not self.arguments.slot_unmet(slot):
+            return 1
+        edge_nodes, plain_nodes = (self.arguments.counts[(EDGE_SLOT, repr(flag))] for flag in (True, False))
+        if 100 * edge_nodes >= SHARE_SLACK * share * (edge_nodes + plain_nodes):
+            return share
+        unmet, named = self.arguments.unmet_share(":edge")
+        return min(99, 2 * share, round(share * named / max(unmet, 1)))
 
     def _count_cells_met(self, spec, args, attrs, meant) -> None:
         """Count, as drawn in the op's edge slot, the cells this node meets on meta tensors (forms,
@@ -78,8 +107,8 @@ class EdgePlacement:
             self.choices.append((slot, label, f"{slot}|met {label}|{len(self.nodes)}|{self.history!r}"))
 
     def _edge_is_cell(self, edge) -> bool:
-        """Integer cases hold none of the float-only value classes (as the edge census counts)."""
-        return not (self.dtype in INT_DTYPES and isinstance(edge, EdgeValue) and edge.value in FLOAT_ONLY_CLASSES)
+        """As the edge census counts: no float-only value class in an integer case, and the reverse."""
+        return is_cell(edge, self.dtype)
 
     def _build(self, spec, edges):
         """(args, attrs, labels of the values planted) of the op's build, with `edges` placed: the first build is scheduled,
@@ -123,7 +152,9 @@ class EdgePlacement:
         not run."""
         fresh = {fed_input["name"] for fed_input in self.inputs[inputs_before:]}
         planted = set()
-        for edge in edges:
+        # A Python number or an operand of another dtype takes the operand's place first, so that a
+        # value planted for that operand lands in what the op reads.
+        for edge in sorted(edges, key=lambda e: not (isinstance(e, Form) and e.form in REPLACING_FORMS)):
             if isinstance(edge, EdgeValue):
                 if self._plant(spec, edge, args, attrs):
                     planted.add(edge.label)
@@ -131,6 +162,12 @@ class EdgePlacement:
                 self._relayout(spec, edge, args, attrs, fresh)
             elif isinstance(edge, Form) and edge.form in SHAPE_FORMS:
                 self._reshape(spec, edge, args, attrs)
+            elif isinstance(edge, Form) and edge.form in DTYPE_FORMS:
+                self._retype(spec, edge, args, attrs)
+            elif isinstance(edge, Form) and edge.form == "scalar":
+                self._to_number(spec, edge, args, attrs)
+            elif isinstance(edge, ArgValue):
+                self._set_argument(spec, edge, args, attrs)
         metas = {name: v.meta for name, v in self.values.items()}
         try:
             eval_expression(spec.emit(list(args), attrs), {"torch": torch, **metas})
@@ -211,30 +248,74 @@ class EdgePlacement:
     def _reshape(self, spec, edge, args, attrs) -> None:
         """A new input of the form's shape (0-d, all ones, one dim of 1) in place of operand
         `edge.operand`, kept only where the op still runs with it (broadcasting takes most)."""
-        slot = self._operand_slot(args, attrs, edge.operand)
-        if slot is None or slot[0] == "scalar" or (spec.mutates and slot[1] == 0):
+        j = self._replaceable_operand(spec, args, attrs, edge.operand)
+        if j is None:
             return
-        j = slot[1]
-        value = self.values[args[j]]
-        if value.domain in INDEX_DOMAINS or value.domain not in SATISFIES:
-            return
-        shape = list(value.meta.shape)
+        shape = list(self.values[args[j]].meta.shape)
         wide = [d for d, n in enumerate(shape) if n > 1]
         new_shape = {"0-d": [], "one element": [1] * max(len(shape), 1),
                      "size-1 dim": [1 if wide and d == wide[-1] else n for d, n in enumerate(shape)] or [1]}[edge.form]
-        if new_shape == shape:
-            return
+        if new_shape != shape:
+            self._replace_operand(spec, args, attrs, j, new_shape, layout.dtype_name(self.values[args[j]].meta.dtype))
+
+    def _retype(self, spec, edge, args, attrs) -> None:
+        """A new input of the form's dtype (an integer operand of a float op, a float16 one) in place
+        of operand `edge.operand`, kept only where the op still runs with it (type promotion)."""
+        j = self._replaceable_operand(spec, args, attrs, edge.operand)
+        if j is not None and layout.dtype_name(self.values[args[j]].meta.dtype) != edge.form:
+            self._replace_operand(spec, args, attrs, j, list(self.values[args[j]].meta.shape), edge.form)
+
+    def _replaceable_operand(self, spec, args, attrs, position: int) -> int | None:
+        """The argument index of operand `position` where a new input may take its place: not a
+        Python number, not the written operand, not an index."""
+        slot = self._operand_slot(args, attrs, position)
+        if slot is None or slot[0] == "scalar" or (spec.mutates and slot[1] == 0):
+            return None
+        value = self.values[args[slot[1]]]
+        return None if value.domain in INDEX_DOMAINS or value.domain not in SATISFIES else slot[1]
+
+    def _replace_operand(self, spec, args, attrs, j: int, shape: list, dtype: str) -> None:
+        """args[j] becomes a new input of `shape` and `dtype` in the old one's value domain, or stays
+        as it was where the op refuses it in eager."""
+        value = self.values[args[j]]
         inputs, by_name, old = list(self.inputs), dict(self.values), args[j]
         self._depth += 1
         try:
-            dtype = layout.dtype_name(value.meta.dtype)
             tail = dtype in FLOAT_DTYPES and value.domain in TAILED_KINDS
-            args[j] = self._add_input(new_shape, dtype, self._domain(value.domain, tail), mutable=False,
+            args[j] = self._add_input(shape, dtype, self._domain(value.domain, tail), mutable=False,
                                       value_domain=value.domain)
         finally:
             self._depth -= 1
         if not self._runs_in_eager(spec, args, attrs):
             self.inputs, self.values, args[j] = inputs, by_name, old
+
+    def _to_number(self, spec, edge, args, attrs) -> None:
+        """A Python number in place of operand `edge.operand`, on the side of the call the op's
+        signature takes one (`scalar`, `scalar_side`), kept only where the op runs with it."""
+        j = self._replaceable_operand(spec, args, attrs, edge.operand)
+        if j is None or "scalar" in attrs or "scalar" not in spec.signature:
+            return
+        from torchsim_diff.ops.pointwise import SCALARS     # the registry is loaded by now (edge_reach)
+        numbers = [n for n in SCALARS.get(self.values[args[j]].domain, ()) if isinstance(n, int) or spec.dtypes != "int"]
+        if not numbers:
+            return
+        rest = args[:j] + args[j + 1:]
+        for side in ("right", "left"):
+            trial = {**attrs, "scalar": self.draw_choice(numbers), "scalar_side": side}
+            if (check_attrs(spec.signature, trial) is None
+                    and self._operand_slot(rest, trial, edge.operand) == ("scalar", None)
+                    and self._runs_in_eager(spec, rest, trial)):
+                args[:] = rest
+                attrs.update(trial)
+                return
+
+    def _set_argument(self, spec, edge, args, attrs) -> None:
+        """The argument at the edge's value, kept only where the op's signature takes it and the
+        op runs with it (an align_corners left for a mode that takes none is refused)."""
+        trial = {**attrs, edge.attr: edge.value}
+        if attrs.get(edge.attr) != edge.value and check_attrs(spec.signature, trial) is None \
+                and self._runs_in_eager(spec, args, trial):
+            attrs[edge.attr] = edge.value
 
     def _runs_in_eager(self, spec, args, attrs) -> bool:
         """Whether the node runs in eager on tensors of its operands' shapes and strides (ones, an
@@ -279,6 +360,17 @@ class EdgePlacement:
         meta = torch.empty(geometry["storage_size"], dtype=old.meta.dtype, device="meta")
         self.values[name] = dataclasses.replace(old, meta=meta.as_strided(shape, geometry["strides"],
                                                                           geometry["offset"]))
+
+
+def _conflict(edge, other) -> bool:
+    """Whether two edges cannot be met at one node: an operand takes one form at a time (a layout,
+    a shape, a Python number or a dtype), and a value class filling the whole operand leaves no
+    element for another value."""
+    if isinstance(edge, Form) and isinstance(other, Form):
+        return edge.operand == other.operand
+    if isinstance(edge, EdgeValue) and isinstance(other, EdgeValue):
+        return edge.operand == other.operand and bool({edge.value, other.value} & WHOLE_OPERAND_CLASSES)
+    return False
 
 
 def _stays_in_domain(plant, kind: str, dtype: torch.dtype) -> bool:

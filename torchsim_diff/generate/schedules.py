@@ -159,6 +159,15 @@ class ArgumentSchedule:
             self._unmet_by_op[op] = sum(self._unmet(slot) for slot in self._slots.get(op, ()))
         return self._unmet_by_op[op]
 
+    def unmet_share(self, suffix: str) -> tuple:
+        """(slots named ...`suffix` with options still to meet, all slots so named)."""
+        named = [slot for slot in self._options if slot.endswith(suffix)]
+        return sum(1 for slot in named if self._unmet(slot)), len(named)
+
+    def slot_unmet(self, slot: str) -> int:
+        """How many more distinct options `slot` needs to meet its goal."""
+        return self._unmet(slot) if slot in self._options else 0
+
     def _unmet(self, slot: str) -> int:
         offered = len(self._options[slot])
         goal = self._goals.get(slot) or offered

@@ -138,6 +138,16 @@ VALUE_CLASSES: dict = {
 # operand of another dtype.
 FLOAT_ONLY_CLASSES = frozenset({"nan", "inf", "-inf", "-0", "subnormal", "exp overflow", "exp underflow",
                                 "-exp overflow", "no fraction", "tie"})
+# Classes no float operand can hold: a float case meets them only through an integer operand.
+INT_ONLY_CLASSES = frozenset({"int min"})
+
+
+def is_cell(edge, dtype: str) -> bool:
+    """Whether `edge` is a cell of a case of `dtype` (a dtype name): an integer case holds none of
+    the float-only value classes, and a float case none of the integer-only ones."""
+    if not isinstance(edge, Value):
+        return True
+    return edge.value not in (FLOAT_ONLY_CLASSES if dtype.startswith("int") else INT_ONLY_CLASSES)
 
 
 def _value_met(value, operand) -> bool:

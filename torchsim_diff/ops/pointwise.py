@@ -178,7 +178,7 @@ register(OpSpec("clamp_tensor", "pointwise", lambda a, k: call("torch.clamp", a)
 
 def _build_hardtanh(b):
     low = b.draw_choice([-1.0, -0.5, 0.0])
-    return [b.value()], {"min_val": low, "max_val": low + b.draw_choice([0.5, 1.0, 2.0])}
+    return [b.value()], {"min_val": low, "max_val": low + b.draw_choice([0.5, 1.0, 2.0, 0.0])}
 
 
 register(OpSpec("hardtanh", "pointwise",
