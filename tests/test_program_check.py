@@ -128,6 +128,19 @@ def test_torchs_warnings_about_a_cases_own_computation_are_not_shown_and_others_
     assert done.stderr.count("UserWarning") == 1 and "<string>" in done.stderr, done.stderr
 
 
+def test_the_module_case_code_runs_as_can_be_imported_and_holds_torch():
+    """torch.compile may import the module a function's globals name and read the function's
+    globals through it (torch 2.11's Dynamo does): under a module name that did not exist, every
+    case compiled there failed with ModuleNotFoundError."""
+    import importlib
+
+    import torch
+    from torchsim_diff.case.program_check import CASE_MODULE
+    program = load_program("import torch\ndef program(x0):\n    v0 = torch.relu(x0)\n    return [v0]\n")
+    assert program.__globals__["__name__"] == CASE_MODULE
+    assert importlib.import_module(CASE_MODULE).torch is torch
+
+
 def test_an_input_named_like_the_module_name_is_still_the_input():
     """Node expressions run with the case module's name (the warning filter), which never
     shadows a case's own names: any identifier, `__name__` too, is a usable input name."""

@@ -26,7 +26,8 @@ RESULT = "program"
 # of one element, a cast that overflows) are the case's semantics, met on purpose by the
 # generator's edges, never news: they would bury a campaign's progress lines, so they are not
 # shown (a torch warning from anywhere else still is).
-CASE_MODULE = "torchsim_diff.case_code"
+# A real module (case/case_code.py): torch.compile may import it.
+CASE_MODULE = "torchsim_diff.case.case_code"
 warnings.filterwarnings("ignore", category=UserWarning, module=CASE_MODULE.replace(".", r"\.") + "$")
 # Names a program may read that it does not define: the module and the one builtin the
 # registry writes (`float('-inf')` for a masked fill).
