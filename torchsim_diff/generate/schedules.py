@@ -120,6 +120,7 @@ class ArgumentSchedule:
         self._goals: dict = {}
         self._met: dict = collections.defaultdict(set)       # slot -> repr of every option drawn
         self._unmet_by_op: dict = {}                         # op -> unmet(op), until its slots change
+        self._unmet_share: dict = {}                         # suffix -> unmet_share(suffix), likewise
 
     def choose(self, slot: str, key: str, options, weights=None, pending=None, goal: int | None = None):
         """The option for `slot` under `key`; `pending`: the case's own earlier choices
@@ -152,6 +153,7 @@ class ArgumentSchedule:
             self._goals[slot] = goal
             self._slots[slot_op(slot)].add(slot)
             self._unmet_by_op.pop(slot_op(slot), None)
+            self._unmet_share.clear()
 
     def unmet(self, op: str) -> int:
         """How many more distinct options the slots of `op` need to meet their goals."""
@@ -161,8 +163,10 @@ class ArgumentSchedule:
 
     def unmet_share(self, suffix: str) -> tuple:
         """(slots named ...`suffix` with options still to meet, all slots so named)."""
-        named = [slot for slot in self._options if slot.endswith(suffix)]
-        return sum(1 for slot in named if self._unmet(slot)), len(named)
+        if suffix not in self._unmet_share:
+            named = [slot for slot in self._options if slot.endswith(suffix)]
+            self._unmet_share[suffix] = (sum(1 for slot in named if self._unmet(slot)), len(named))
+        return self._unmet_share[suffix]
 
     def slot_unmet(self, slot: str) -> int:
         """How many more distinct options `slot` needs to meet its goal."""
@@ -185,3 +189,4 @@ class ArgumentSchedule:
                 if repr(option) not in self._met[slot]:
                     self._met[slot].add(repr(option))
                     self._unmet_by_op.pop(slot_op(slot), None)
+                    self._unmet_share.clear()
