@@ -122,8 +122,8 @@ def test_a_hangs_values_are_pinned_without_a_run_that_would_cost_a_timeout(kind,
         assert all("data" in spec for spec in pinned.to_dict()["inputs"])
 
 
-def _verdict(kind, case):
-    return types.SimpleNamespace(kind=kind, case=case, signature=f"r|{kind.value}|no answer within # s")
+def _verdict(kind, case, t_case=90.0):
+    return types.SimpleNamespace(kind=kind, case=case, signature=f"r|{kind.value}|no answer within # s", t_case=t_case)
 
 
 def test_a_hang_is_given_two_timeouts_of_budget_and_reuses_only_the_reduction_of_a_hang_of_the_same_ops():
@@ -131,9 +131,28 @@ def test_a_hang_is_given_two_timeouts_of_budget_and_reuses_only_the_reduction_of
     tanh, exp = (make_case([{"id": "v0", "op": op, "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
                  for op in ("tanh", "exp"))
     assert refiner._budget_for(_verdict(Kind.TIMEOUT, tanh)) == 180.0
+    assert refiner._budget_for(_verdict(Kind.TIMEOUT, tanh, t_case=45.0)) == 90.0   # the limit it hung under
     assert refiner._budget_for(_verdict(Kind.CRASH, tanh)) == 60.0
     assert refine.raw_key(_verdict(Kind.TIMEOUT, tanh)) != refine.raw_key(_verdict(Kind.TIMEOUT, exp))
     assert refine.raw_key(_verdict(Kind.CRASH, tanh)) == refine.raw_key(_verdict(Kind.CRASH, exp))
+
+
+def test_a_hangs_candidates_run_under_the_limit_it_was_found_under():
+    """A hang found under a campaign's adaptive limit (42 s) was reduced with each candidate that
+    kept hanging run to the checker's whole timeout (120 s): one known torch-mlir hang took 494 s
+    to reduce. Its candidates now get the limit it hung under; other failures the checker's."""
+    limits = []
+    checker = types.SimpleNamespace(timeout_s=120.0, check=lambda case, route, timeout_s: limits.append(timeout_s))
+    refiner = refine.ReduceThenBucket(checker, budget_s=60.0)
+    case = make_case([{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    assert refiner._hang_limit(_verdict(Kind.TIMEOUT, case, t_case=42.6)) == 42.6
+    assert refiner._hang_limit(_verdict(Kind.TIMEOUT, case, t_case=2.0)) == refine.MIN_HANG_LIMIT_S
+    assert refiner._hang_limit(_verdict(Kind.WRONG_VALUES, case)) is None
+    for run_limit_s in (42.6, None):
+        evaluator = reduce._Evaluator("any", out_dir="unused", jobs=1, timeout_s=120.0, max_runs=5,
+                                      checkers=[checker], run_limit_s=run_limit_s)
+        evaluator._check(case)
+    assert limits == [42.6, 120.0]
 
 
 def test_cut_input_keeps_consumer_domain():

@@ -94,13 +94,16 @@ class ReduceResult:
 
 def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None, timeout_s: float = DEFAULT_TIMEOUT_S,
                 max_runs: int = 2000, progress=None, checkers: list | None = None, key=None,
-                budget_s: float | None = None, within_s: float | None = None) -> ReduceResult:
+                budget_s: float | None = None, within_s: float | None = None,
+                run_limit_s: float | None = None) -> ReduceResult:
     """Shrink `case` while it keeps failing on `route` in its original bucket.
 
     jobs: parallel Checkers (default: the number of cores). max_runs: route runs allowed
     before stopping with the smallest case so far. progress: called with one line per
     accepted step. budget_s: the base of the time budget (module docstring); within_s: a hard
-    limit on top of it (a campaign item's time left). checkers, key:
+    limit on top of it (a campaign item's time left). run_limit_s: each candidate's run limit,
+    where it is below its checker's (a hang's: the limit it was found under, so that a candidate
+    that keeps hanging costs that, not the checker's whole timeout). checkers, key:
     see _Evaluator (reduce, then bucket passes the campaign's warm Checker and
     signatures.reduction_key).
     """
@@ -108,7 +111,7 @@ def reduce_case(case: Case, route: str, *, out_dir: str, jobs: int | None = None
     started = time.perf_counter()
     budget = TimeBudget.for_case(case, budget_s, within_s=within_s)
     with _Evaluator(route, out_dir=out_dir, jobs=jobs, timeout_s=timeout_s, max_runs=max_runs,
-                    checkers=checkers, key=key, budget=budget) as evaluator:
+                    checkers=checkers, key=key, budget=budget, run_limit_s=run_limit_s) as evaluator:
         bucket = evaluator.bucket_of_original(case)
         reducer = _Reducer(evaluator, bucket, progress or (lambda line: None))
         reduced = _settled(reducer.run(reducer.pinned(case)))
@@ -179,11 +182,14 @@ class _Evaluator:
     """Buckets of cases on one route, with one Checker per parallel job and a cache."""
 
     def __init__(self, route: str, *, out_dir: str, jobs: int, timeout_s: float, max_runs: int,
-                 checkers: list | None = None, key=None, budget: TimeBudget | None = None):
+                 checkers: list | None = None, key=None, budget: TimeBudget | None = None,
+                 run_limit_s: float | None = None):
         """checkers: warm Checkers to borrow (not closed here) instead of starting `jobs` new
         ones. key: verdict -> what must stay the same (default: its bucket). budget: when
-        the search stops with the smallest case so far (default: no time limit)."""
+        the search stops with the smallest case so far (default: no time limit). run_limit_s:
+        a candidate's run limit where it is below its checker's."""
         self.route, self.max_runs = route, max_runs
+        self.run_limit_s = run_limit_s
         self.key = key or (lambda verdict: verdict.bucket)
         self.budget = budget or TimeBudget(None, None, 0.0)
         self.runs = 0
@@ -245,7 +251,8 @@ class _Evaluator:
     def _check(self, case: Case):
         checker = self.checkers.get()
         try:
-            return checker.check(case, self.route, timeout_s=self.budget.run_limit(checker.timeout_s))
+            usual_s = checker.timeout_s if self.run_limit_s is None else min(checker.timeout_s, self.run_limit_s)
+            return checker.check(case, self.route, timeout_s=self.budget.run_limit(usual_s))
         finally:
             self.checkers.put(checker)
 

@@ -43,6 +43,8 @@ from torchsim_diff.triage.trigger_ablations import (_value_classes, ablations, n
                                                     ordinary_variants)
 
 HANG_BUDGET_TIMEOUTS = 2
+# A hang's candidates get at least this long: under it, a start-up alone could pass for a hang.
+MIN_HANG_LIMIT_S = 10.0
 MIN_REDUCE_S = 3.0                # below this a reduction would end with the case it began with
 
 
@@ -153,7 +155,7 @@ class ReduceThenBucket:
             raise _Deferred
         result = reduce_case(verdict.case, verdict.route, out_dir=self.checker.out_dir, jobs=1,
                              checkers=[self.checker], key=self.cause_key, budget_s=self._budget_for(verdict),
-                             within_s=within_s)
+                             within_s=within_s, run_limit_s=self._hang_limit(verdict))
         if stop_at is not None and time.time() >= stop_at:
             raise _Deferred                     # the search was cut by stop_at, not ended by itself
         minimal, runs, others = self.checker.check(result.reduced, verdict.route), result.runs + 1, result.other_failures
@@ -230,13 +232,22 @@ class ReduceThenBucket:
         return minimal
 
     def _budget_for(self, verdict) -> float:
-        """The reduction's base budget: a hang's covers HANG_BUDGET_TIMEOUTS timeouts, since
-        every step that keeps it costs one. Its signature names the features its minimal case
-        still holds (signatures.hang_signature): a layout left unsimplified splits its bucket."""
+        """The reduction's base budget: a hang's covers HANG_BUDGET_TIMEOUTS of its timeouts
+        (_hang_limit), since every step that keeps it costs one. Its signature names the features
+        its minimal case still holds (signatures.hang_signature): a layout left unsimplified
+        splits its bucket."""
         if verdict.kind == Kind.TIMEOUT and self.budget_s:
-            hang_budget = max(self.budget_s, HANG_BUDGET_TIMEOUTS * self.checker.timeout_s)
+            hang_budget = max(self.budget_s, HANG_BUDGET_TIMEOUTS * self._hang_limit(verdict))
             return hang_budget if self.cap_s is None else min(hang_budget, self.cap_s)
         return self.budget_s
+
+    def _hang_limit(self, verdict) -> float | None:
+        """A hang's candidates run under the limit the hang was found under (the campaign's
+        adaptive limit, often well under the checker's timeout): a candidate that keeps hanging
+        then costs that, not a whole timeout. None for any other failure."""
+        if verdict.kind != Kind.TIMEOUT:
+            return None
+        return min(self.checker.timeout_s, max(MIN_HANG_LIMIT_S, verdict.t_case or self.checker.timeout_s))
 
     def _cause(self, minimal, verdict) -> tuple:
         """(cause signature, first divergent op, trigger) of the minimal case's failure
