@@ -99,3 +99,16 @@ def test_the_front_ends_hold_no_route_run_of_their_own():
     for name in ("fuzz.py", "pytest_plugin.py", "pytest_worker.py", "pytest_controller.py", "ray_cluster.py"):
         text = open(os.path.join(here, name)).read()
         assert "checker.check(" not in text and ".refine(" not in text and "for_verdict(" not in text, name
+
+
+def test_distinct_findings_of_one_item_are_each_told_short_and_anything_else_is_left_whole():
+    """Hypothesis raises an exception group when one item meets distinct failures (a NaN mismatch
+    and wrong values of one planted bug, say); each finding in it is told in its few lines, as a
+    lone finding is. A group holding anything but findings is no campaign finding."""
+    from torchsim_diff.buckets.signatures import finding_type
+    from torchsim_diff.campaign.pytest_worker import _findings
+    nan, wrong = finding_type("nonfinite_mismatch", "8aee4e4867")("a"), finding_type("wrong_values", "8aee4e4867")("b")
+    assert _findings(nan) == [nan]
+    assert _findings(ExceptionGroup("2 distinct failures", [nan, ExceptionGroup("nested", [wrong])])) == [nan, wrong]
+    assert _findings(ExceptionGroup("mixed", [nan, ValueError("harness")])) == []
+    assert _findings(ValueError("harness")) == []

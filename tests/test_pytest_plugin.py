@@ -58,7 +58,7 @@ def test_bug_fails_with_its_bucket_type_and_the_report_puts_new_buckets_first(su
     assert {r.route for r in _records(report)} == {"eager", "double-wrong-element"}
     assert "NEW buckets" in (report / "report.html").read_text()
     # the failure section is short: the unreduced case and Hypothesis's report went to the run folder
-    result.stdout.fnmatch_lines(["*its reduced case, bucket and bundle: the torchsim-diff report below",
+    result.stdout.fnmatch_lines(["* reduced case, bucket and bundle: the torchsim-diff report below",
                                  f"*Hypothesis's traceback: {report / 'failures'}*.txt (or run with -v)"])
     unreduced = "case=Case("                           # Hypothesis's failing example, as it prints it
     assert unreduced not in result.stdout.str()

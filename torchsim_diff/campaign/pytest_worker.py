@@ -259,15 +259,16 @@ class WorkerSession:
         if self._clock is not None and call.excinfo is not None and call.excinfo.errisinstance(BudgetSpent):
             report.outcome, report.longrepr = "passed", None
         elif self.explicit_routes and self.verbose < 1 and report.failed and call.excinfo is not None \
-                and call.excinfo.errisinstance(Finding):
-            report.longrepr = self._short_finding(item.nodeid, call.excinfo.value, str(report.longrepr))
+                and _findings(call.excinfo.value):
+            report.longrepr = self._short_finding(item.nodeid, _findings(call.excinfo.value), str(report.longrepr))
         return report
 
-    def _short_finding(self, nodeid: str, finding, full_text: str) -> str:
-        """A finding of a campaign, in the failure section: its first lines, and where the rest
-        went. The case it shows is unreduced; the torchsim-diff report after the failures gives
-        the reduced case, the bucket and the bundle. Hypothesis's whole report is kept in the run
-        folder (failures/), and printed as it is under -v."""
+    def _short_finding(self, nodeid: str, findings: list, full_text: str) -> str:
+        """A campaign's findings in one item (several where Hypothesis met distinct failures), in
+        the failure section: each one's first lines, and where the rest went. The cases they show
+        are unreduced; the torchsim-diff report after the failures gives the reduced case, the
+        bucket and the bundle. Hypothesis's whole report is kept in the run folder (failures/),
+        and printed as it is under -v."""
         path = os.path.join(self.report_dir, "failures", re.sub(r"[^\w.-]+", "_", nodeid).strip("_") + ".txt")
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -275,9 +276,12 @@ class WorkerSession:
                 handle.write(full_text)
         except OSError:
             return full_text
-        head = [line for line in str(finding).splitlines() if line.strip()][:2]
-        return "\n".join([f"{type(finding).__name__}: {head[0] if head else ''}", *head[1:],
-                          "its reduced case, bucket and bundle: the torchsim-diff report below",
+        heads = []
+        for finding in findings:
+            head = [line for line in str(finding).splitlines() if line.strip()][:2]
+            heads += [f"{type(finding).__name__}: {head[0] if head else ''}", *head[1:]]
+        return "\n".join([*heads, ("their" if len(findings) > 1 else "its") + " reduced case, bucket and bundle: "
+                          "the torchsim-diff report below",
                           f"the unreduced case and Hypothesis's traceback: {path} (or run with -v)"])
 
     def pytest_runtest_teardown(self, item):
@@ -342,3 +346,15 @@ def _load_known(folder: str) -> set:
     """Buckets of the known bugs kept in the corpus (entries with "expect": "fail")."""
     from torchsim_diff.buckets.corpus import known_buckets
     return known_buckets(folder)
+
+
+def _findings(error) -> list:
+    """The campaign findings `error` is: itself, or every leaf of the exception group Hypothesis
+    raises for distinct failures of one item when each is a finding; [] otherwise."""
+    if isinstance(error, Finding):
+        return [error]
+    group = getattr(error, "exceptions", None)      # an exception group (the backport's on Python < 3.11)
+    if isinstance(group, tuple) and group:
+        leaves = [leaf for sub in group for leaf in (_findings(sub) or [None])]
+        return leaves if None not in leaves else []
+    return []
