@@ -213,6 +213,25 @@ def test_processes_starting_at_once_on_a_new_history_both_open_it(tmp_path):
         assert not [name for name in os.listdir(folder) if "unreadable" in name]
 
 
+def test_reading_a_history_in_the_process_that_writes_it_keeps_sqlites_locks(tmp_path):
+    """A campaign reads its history again (its standing) while its writer is open. Opening the file
+    by a plain descriptor to check it, then closing that, dropped SQLite's locks: the other campaign's
+    last close then deleted the log under this one, and the next run read "malformed" (seen in CI)."""
+    from tests.doubles.history_openers import add_one
+    path = str(tmp_path / "buckets.sqlite")
+    writer = BucketStore(path)
+    writer.add(_failing("a"))
+    BucketStore(path, read_only=True).close()
+    other = multiprocessing.get_context("spawn").Process(target=add_one, args=(path, "b"))
+    other.start()
+    other.join(120)
+    assert other.exitcode == 0
+    assert os.path.exists(path + "-wal"), "the other process's close found itself the last connection"
+    writer.add(_failing("c"))
+    writer.close()
+    assert set(BucketStore(path, read_only=True).buckets) == {"a", "b", "c"}
+
+
 def test_a_bucket_a_killed_run_left_unchecked_is_new_again_until_settled(tmp_path):
     path = str(tmp_path / "buckets.sqlite")
     killed = BucketStore(path)

@@ -12,7 +12,12 @@ def open_each(folder: str, count: int, bucket: str, barrier) -> None:
     for k in range(count):
         path = os.path.join(folder, f"history{k}", "buckets.sqlite")
         barrier.wait(timeout=60)
-        db = open_history(path, read_only=False)
-        db.execute("INSERT INTO buckets VALUES (?, 'r', 'wrong_values', 'relu', 'm', 't', 1, '[1, 1, 1]', '{}')",
-                   (bucket,))
-        db.close()
+        add_one(path, bucket)
+
+
+def add_one(path: str, bucket: str) -> None:
+    """Open the history at `path` as a writer, add `bucket` and close it."""
+    db = open_history(path, read_only=False)
+    db.execute("INSERT INTO buckets VALUES (?, 'r', 'wrong_values', 'relu', 'm', 't', 1, '[1, 1, 1]', '{}')",
+               (bucket,))
+    db.close()

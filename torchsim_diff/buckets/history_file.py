@@ -13,6 +13,11 @@
 
 A writer opens a folder's history alone, a reader beside other readers (flock on the folder):
 two campaigns started at once on a new history would otherwise race SQLite's switch to WAL mode.
+A file this process already holds a connection to is not opened again by a plain descriptor
+(steps 1 and 2 are skipped: it was verified when first opened). Closing such a descriptor
+drops every POSIX lock the process holds on the file, SQLite's among them; another process's
+last connection then finds itself alone, checkpoints and deletes the log and its index under
+this one, and the next campaign reads a malformed file.
 
 A reader opens the file read-only (`mode=ro`): it never switches the journal, adds a table or
 writes a byte. In a read-only folder, where SQLite cannot make the index a WAL-mode file
@@ -31,6 +36,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+import weakref
 from urllib.parse import quote
 
 from torchsim_diff import files
@@ -53,6 +59,18 @@ LOG_SUFFIXES = ("-wal", "-shm")
 
 class Damaged(Exception):
     """The file is SQLite's and of our schema, but SQLite finds it damaged."""
+
+
+class _Connection(sqlite3.Connection):
+    """A connection to a history file, known to _OPEN until it is closed or collected."""
+    file_key: tuple = ()
+
+    def close(self) -> None:
+        _OPEN.discard(self)
+        super().close()
+
+
+_OPEN: "weakref.WeakSet[_Connection]" = weakref.WeakSet()
 
 
 def open_history(path: str, *, read_only: bool) -> sqlite3.Connection:
@@ -93,9 +111,10 @@ def _opening(path: str, *, exclusive: bool):
 
 
 def _open_verified(path: str, read_only: bool) -> sqlite3.Connection:
-    if not _check_file(path):
-        return scratch() if read_only else _writable(path)
-    _check_log(path)
+    if not _held_here(path):
+        if not _check_file(path):
+            return scratch() if read_only else _writable(path)
+        _check_log(path)
     try:
         db = _connect(path, read_only)
         has_buckets = _verify(db, path)
@@ -152,6 +171,20 @@ def set_aside(path: str, why: str, *, keep: bool) -> str:
     return target
 
 
+def _held_here(path: str) -> bool:
+    """Whether this process holds an open connection to the file at `path` (module docstring)."""
+    key = _file_key(path)
+    return key is not None and any(db.file_key == key for db in list(_OPEN))
+
+
+def _file_key(path: str) -> tuple | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
 def _check_file(path: str) -> bool:
     """Whether a file is there (False: none); StorageError when it is no SQLite file."""
     try:
@@ -197,10 +230,12 @@ def _copy_aside(path: str, stamp: str) -> str:
 
 def _connect(path: str, read_only: bool) -> sqlite3.Connection:
     if not read_only:
-        return _text_as_read(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None))
+        return _held(_text_as_read(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                                   factory=_Connection)), path)
     uri = f"file:{quote(os.path.abspath(path))}?mode=ro"
     try:
-        db = _text_as_read(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None))
+        db = _held(_text_as_read(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None,
+                                                 factory=_Connection)), path)
         db.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return db
     except sqlite3.OperationalError:
@@ -218,6 +253,12 @@ def _copy_opened(path: str) -> sqlite3.Connection:
     if os.path.exists(path + "-wal"):
         shutil.copyfile(path + "-wal", copy + "-wal")
     return _text_as_read(sqlite3.connect(copy, timeout=BUSY_TIMEOUT_S, isolation_level=None))
+
+
+def _held(db: _Connection, path: str) -> _Connection:
+    db.file_key = _file_key(path) or ()
+    _OPEN.add(db)
+    return db
 
 
 def _text_as_read(db: sqlite3.Connection) -> sqlite3.Connection:
