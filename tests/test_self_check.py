@@ -153,6 +153,29 @@ def test_only_fresh_cases_count_towards_abandoning_a_route(tmp_path, double_rout
         worker.close()
 
 
+@pytest.mark.e2e
+def test_reducing_a_crash_after_the_drawing_does_not_abandon_its_route(tmp_path, double_routes):
+    """A pytest campaign reduces its failures after the drawing (session_refinements). Its re-runs
+    of a crash once counted as fresh cases: the reduction abandoned the route, and the route's other
+    failures were left unreduced (seen on mlir in a 10-minute default campaign)."""
+    import json
+    from tests.conftest import make_case
+    from torchsim_diff.run.checker import Checker
+    from torchsim_diff.triage.session_refinements import refine_verdicts
+    odd = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}},
+                     {"id": "v1", "op": "neg", "args": ["v0"], "attrs": {}}],
+                    [("x0", [3], [1], 0, 3, {})], ["v1"], seed=1)
+    with Checker(out_dir=str(tmp_path)) as checker:
+        verdict = checker.check(odd, "double-segfault")
+        worker = checker.worker("double-segfault")
+        assert verdict.kind.value == "crash" and worker.crashes_in_a_row == 1
+        worker.max_crashes = 2
+        refine_verdicts(checker, [verdict], str(tmp_path / "refined.jsonl"), budget_s=60)
+        (line,) = [json.loads(text) for text in open(tmp_path / "refined.jsonl")]
+        assert line["reduce_error"] is None and line["reduce_runs"] > worker.max_crashes, line
+        assert not worker.abandoned and worker.crashes_in_a_row == 1
+
+
 def test_lazy_draws_give_the_first_cases_in_order_and_stop_when_closed():
     from torchsim_diff.generate.draws import LazyCases, first_cases
     from torchsim_diff.generate.strategies import cases

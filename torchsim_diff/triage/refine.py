@@ -126,7 +126,8 @@ class ReduceThenBucket:
         found = self.by_case.get(key) or self.by_raw.get(by_raw) or self._reduced_elsewhere(by_raw)
         if found is None:
             try:
-                found = self._reduce_and_classify(verdict, stop_at)
+                with self.checker.triage_runs():    # a crash's reduction re-runs it: no fresh cases
+                    found = self._reduce_and_classify(verdict, stop_at)
             except _Deferred:
                 return dict(reduce_error=DEFERRED)
             except ReduceError as exc:
