@@ -155,6 +155,31 @@ def test_a_hangs_candidates_run_under_the_limit_it_was_found_under():
     assert limits == [42.6, 120.0]
 
 
+def test_a_hangs_minimal_case_is_confirmed_by_the_deadline_never_under_less_than_it_hung_under(monkeypatch):
+    """A 10-minute campaign confirmed a hang's minimal case under the checker's whole timeout,
+    69 s past its closing share's deadline. Now the confirming run ends by the deadline; where
+    less than the limit the hang was found under is left, the reduction is left for later."""
+    refiner = refine.ReduceThenBucket(types.SimpleNamespace(timeout_s=120.0), budget_s=60.0)
+    case = make_case([{"id": "v0", "op": "exp", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+    hang = _verdict(Kind.TIMEOUT, case, t_case=42.0)
+    monkeypatch.setattr(refine.time, "time", lambda: 1000.0)
+    assert refiner._confirming_limit(hang, stop_at=1060.0) == 60.0
+    assert refiner._confirming_limit(hang, stop_at=1500.0) == 120.0
+    assert refiner._confirming_limit(hang, stop_at=None) is None
+    assert refiner._confirming_limit(_verdict(Kind.WRONG_VALUES, case), stop_at=1001.0) is None
+    with pytest.raises(refine._Deferred):
+        refiner._confirming_limit(hang, stop_at=1030.0)
+
+
+def test_a_sessions_hangs_are_reduced_after_its_other_failures():
+    from torchsim_diff.triage.session_refinements import _in_reduction_order
+    cases = [make_case([{"id": "v0", "op": op, "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+             for op in ("tanh", "exp", "relu")]
+    hang = types.SimpleNamespace(failed=True, **vars(_verdict(Kind.TIMEOUT, cases[0])))
+    crash, again = (types.SimpleNamespace(failed=True, **vars(_verdict(Kind.CRASH, c))) for c in cases[1:])
+    assert _in_reduction_order([hang, crash, again]) == [crash, again, hang]
+
+
 def test_cut_input_keeps_consumer_domain():
     case = _padded_case()
     cuts = [c for c in graph_passes._cut_nodes(case)]

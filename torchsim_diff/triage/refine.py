@@ -159,7 +159,8 @@ class ReduceThenBucket:
                              within_s=within_s, run_limit_s=self._hang_limit(verdict))
         if stop_at is not None and time.time() >= stop_at:
             raise _Deferred                     # the search was cut by stop_at, not ended by itself
-        minimal, runs, others = self.checker.check(result.reduced, verdict.route), result.runs + 1, result.other_failures
+        minimal = self.checker.check(result.reduced, verdict.route, timeout_s=self._confirming_limit(verdict, stop_at))
+        runs, others = result.runs + 1, result.other_failures
         if self._op_free(minimal):
             # The op that diverges first is no part of the cause (a neutral op in its place fails
             # the same way): the trigger is, and the reduction goes on with any op reading it.
@@ -249,6 +250,18 @@ class ReduceThenBucket:
         if verdict.kind != Kind.TIMEOUT:
             return None
         return min(self.checker.timeout_s, max(MIN_HANG_LIMIT_S, verdict.t_case or self.checker.timeout_s))
+
+    def _confirming_limit(self, verdict, stop_at: float | None) -> float | None:
+        """The limit the minimal case is confirmed under: the checker's (None), but a hang's ends
+        by stop_at, and is never shorter than the limit the hang was found under (_Deferred
+        where that much time is not left). A 10-minute campaign's hang was confirmed for 69 s
+        past its closing share's deadline."""
+        if stop_at is None or verdict.kind != Kind.TIMEOUT:
+            return None
+        left = stop_at - time.time()
+        if left < self._hang_limit(verdict):
+            raise _Deferred
+        return min(self.checker.timeout_s, left)
 
     def _cause(self, minimal, verdict) -> tuple:
         """(cause signature, first divergent op, trigger) of the minimal case's failure

@@ -7,6 +7,7 @@ import json
 import os
 import time
 
+from torchsim_diff.results.kinds import Kind
 from torchsim_diff.results.record import DEFERRED, NOT_REACHED, record_key, refinement_key, refinement_line
 from torchsim_diff.run.checker import Checker
 from torchsim_diff.triage.reduce import DEFAULT_BUDGET_S
@@ -21,11 +22,12 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
     worker its own, in parallel, on its warm workers); one JSON line per verdict into
     `out_path` (REFINED_PREFIX + worker + .jsonl), read back by apply_refinements. With a
     `deadline` (time.time(); a campaign's), a failure unlike those before it goes first (one
-    like them takes their reduction for free), each reduction's base is its part of the time
-    left (_part_of_time_left) and none goes past the deadline: one the time does not reach or
-    cuts stays as found, never half reduced (reduce_error says why). shared_path: the run's
+    like them takes their reduction for free) and a hang last (_in_reduction_order), each
+    reduction's base is its part of the time left (_part_of_time_left) and none goes past the
+    deadline: one the time does not reach or cuts stays as found, never half reduced
+    (reduce_error says why). shared_path: the run's
     SharedReductions, so that what another process reduced first is not reduced here again."""
-    verdicts = _distinct_first(list(verdicts)) if deadline is not None else list(verdicts)
+    verdicts = _in_reduction_order(list(verdicts)) if deadline is not None else list(verdicts)
     lines = []
     for k, verdict in enumerate(verdicts):
         share = budget_s if deadline is None else min(budget_s, _part_of_time_left(deadline, len(verdicts) - k))
@@ -55,14 +57,17 @@ def _part_of_time_left(deadline: float, reductions_left: int) -> float:
     return max(left / max(1, reductions_left), min(left / 2, GOOD_REDUCE_S))
 
 
-def _distinct_first(verdicts: list) -> list:
-    """The verdicts with the first of each raw_key before the others, each group in order."""
+def _in_reduction_order(verdicts: list) -> list:
+    """The verdicts with the first of each raw_key before the others, each group in order, and
+    hangs last: every candidate of a hang that keeps hanging costs a time limit, and one hang
+    reduced first took a 10-minute campaign's whole closing share from a worker's other failures."""
     seen, first, again = set(), [], []
     for verdict in verdicts:
         key = raw_key(verdict) if verdict.failed and verdict.kind.reducible else None
         (again if key in seen else first).append(verdict)
         seen.add(key)
-    return first + again
+    ordered = first + again
+    return [v for v in ordered if v.kind != Kind.TIMEOUT] + [v for v in ordered if v.kind == Kind.TIMEOUT]
 
 
 def apply_refinements(records: list, folder: str) -> list:
