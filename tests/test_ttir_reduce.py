@@ -129,6 +129,30 @@ def test_the_construct_leads_with_what_is_not_addresses_loads_and_stores():
         ["math.log1p", "tt.reduce", "tt.splat", "tt.store"]
 
 
+STRIDED_LOAD = """tt.func @k(%arg0: !tt.ptr<f32>, %arg1: !tt.ptr<f32>) {
+  %cst = arith.constant dense<2> : tensor<4xi32>
+  %cst_0 = arith.constant dense<-1> : tensor<4xi32>
+  %0 = tt.make_range {end = 4 : i32, start = 0 : i32} : tensor<4xi32>
+  %1 = arith.muli %0, %cst : tensor<4xi32>
+  %2 = "arith.addi"(%1, %cst_0) : (tensor<4xi32>, tensor<4xi32>) -> tensor<4xi32>
+  %3 = tt.splat %arg0 : !tt.ptr<f32> -> tensor<4x!tt.ptr<f32>>
+  %4 = tt.addptr %3, %2 : tensor<4x!tt.ptr<f32>>, tensor<4xi32>
+  %5 = tt.load %4 : tensor<4x!tt.ptr<f32>>
+  tt.store %4, %5 : tensor<4x!tt.ptr<f32>>
+  tt.return
+}
+"""
+
+
+def test_a_kernel_of_addresses_loads_and_stores_only_is_named_by_the_arithmetic_of_its_addresses():
+    """Where every Triton op left is scaffolding, the construct led with tt.addptr; the bug is in
+    the offsets the arith ops compute (a stride-2 load at offset -1)."""
+    ops, arithmetic = ttir_reduce.triton_ops(STRIDED_LOAD), ttir_reduce.arith_ops(STRIDED_LOAD)
+    assert ttir_reduce.construct(ops, arithmetic) == \
+        ["arith.addi", "arith.muli", "tt.addptr", "tt.load", "tt.make_range", "tt.splat", "tt.store"]
+    assert ttir_reduce.construct(ops | {"tt.reduce"}, arithmetic)[0] == "tt.reduce"
+
+
 def test_the_issue_leads_with_the_construct_the_pass_the_command_and_the_provenance(tmp_path):
     (tmp_path / "kernel.ttir").write_text("module {\n  tt.func @k() {\n    tt.return\n  }\n}\n")
     (tmp_path / "kernel.original.ttir").write_text("x\n" * 40)

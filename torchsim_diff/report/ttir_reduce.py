@@ -75,6 +75,11 @@ def triton_ops(ir: str) -> set:
         {"tt.reduce.return", "tt.scan.return"}
 
 
+def arith_ops(ir: str) -> set:
+    """The `arith` ops (pretty or generic form) in `ir`."""
+    return set(re.findall(r'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?(arith\.\w+)', ir, re.M))
+
+
 CRASH_FRAMES = 3
 
 
@@ -386,7 +391,10 @@ def lowering_passes(ttir: str, tool: str, passes: tuple) -> dict:
     return lowered
 
 
-def construct(ops) -> list:
-    """The Triton ops of a reduced kernel, those beyond addresses, masks, loads and stores first."""
+def construct(ops, arithmetic=()) -> list:
+    """The Triton ops of a reduced kernel, those beyond addresses, masks, loads and stores first.
+    Where none is beyond them, the bug is in what the addresses compute (a stride-2 load at offset
+    -1): the kernel's `arithmetic` ops (arith_ops) lead, not its tt.addptr."""
     ops = sorted(set(ops) - {"tt.func", "tt.return"})
-    return [o for o in ops if o not in SCAFFOLDING] + [o for o in ops if o in SCAFFOLDING]
+    lead = [o for o in ops if o not in SCAFFOLDING] or sorted(set(arithmetic) - {"arith.constant"})
+    return lead + [o for o in ops if o in SCAFFOLDING]
