@@ -190,6 +190,21 @@ def test_cut_input_keeps_consumer_domain():
     assert new_input["domain"] == {"kind": "positive"}
 
 
+def test_a_cut_keeps_the_values_eager_computed_in_a_wider_domain_where_the_narrowest_lacks_them():
+    """max(log(x)) of x = [1, 1, 1, 1, -1.5] (seen on triton): cutting log gave an input of positive
+    values drawn afresh, since log's zeros are not positive. The NaN was lost, the cut rejected, and
+    the minimal case kept log with "negative" as its trigger: a known NaN bug of max filed as NEW."""
+    import math
+    from torchsim_diff.case import values
+    case = make_case([{"id": "v0", "op": "log", "args": ["x0"], "attrs": {}},
+                      {"id": "v1", "op": "max_dim", "args": ["v0"], "attrs": {"dim": 1, "keepdim": True}}],
+                     [("x0", [1, 5], [5, 1], 0, 5, {"storage": [1.0, 1.0, 1.0, 1.0, -1.5]})], ["v1"])
+    (cut_log,) = [c for c in graph_passes._cut_nodes(case) if [n["op"] for n in c.nodes] == ["max_dim"]]
+    kept = values.decode(cut_log.inputs[-1]["data"], torch.float32, 5).tolist()
+    assert kept[:4] == [0.0] * 4 and math.isnan(kept[4])
+    assert cut_log.inputs[-1]["domain"]["kind"] != "positive"
+
+
 def test_invalid_candidates_are_rejected():
     case = _padded_case()
     data = case.to_dict()

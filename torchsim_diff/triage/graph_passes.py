@@ -71,18 +71,22 @@ def _cut_nodes(case: Case):
 
 
 def _cut_input(case: Case, ref: str, name: str, metas: dict, computed: dict) -> dict | None:
-    """A contiguous input standing for `ref`, in a domain every reader of `ref` accepts, holding
-    the values eager computed for `ref` where they lie in that domain (else drawn ones); None
-    when no domain fits (an index computed from floats)."""
+    """A contiguous input standing for `ref`, holding the values eager computed for `ref`, in the
+    narrowest domain every reader of `ref` accepts that holds them; where none holds them, in the
+    narrowest one, with drawn values. None when no domain fits (an index computed from floats).
+    (The narrowest alone cut log(x) out of max(log(x)) as positive values drawn afresh: the zeros
+    and the NaN log made were lost, and with them the failure.)"""
     result = metas[ref]
-    domain = _domain_for(case, ref, result.dtype)
-    if domain is None:
+    domains = _domains_for(case, ref, result.dtype)
+    if not domains:
         return None
-    spec = _contiguous_input(name, list(result.shape), layout.dtype_name(result.dtype), domain)
     value = computed.get(ref)
     usable = (value is not None and value.shape == result.shape and value.dtype == result.dtype
               and value.numel() > 0)
-    if usable and (value.dtype == torch.bool or _Domain({domain["kind"]}).holds(value)):
+    holding = [d for d in domains if usable and (value.dtype == torch.bool or _Domain({d}).holds(value))]
+    domain = {"kind": (holding or domains)[0]}
+    spec = _contiguous_input(name, list(result.shape), layout.dtype_name(result.dtype), domain)
+    if holding:
         spec["data"] = values.encode(value.contiguous().reshape(-1))
     return spec
 
@@ -158,17 +162,15 @@ def _windowed(case: Case, kept, last: str, metas: dict, computed: dict) -> Case 
     return _candidate(data)
 
 
-def _domain_for(case: Case, ref: str, dtype: torch.dtype):
-    """A value domain for a new input replacing `ref` that keeps every consumer valid."""
+def _domains_for(case: Case, ref: str, dtype: torch.dtype) -> list:
+    """The value domains (their kinds) for a new input replacing `ref` that keep every consumer
+    valid, narrowest first."""
     if dtype == torch.bool:
-        return {"kind": "bool"}
+        return ["bool"]
     if not dtype.is_floating_point and case.dtype in FLOAT_DTYPES:
-        return None   # an index result: its range depends on the tensor it indexes
+        return []     # an index result: its range depends on the tensor it indexes
     needed = {OPERAND_DOMAINS.get(n["op"], {}).get(k, "real") for n, k in _uses(case.to_dict(), ref)}
-    for domain in DOMAIN_ORDER:
-        if needed <= SATISFIES[domain]:
-            return {"kind": domain}
-    return None
+    return [domain for domain in DOMAIN_ORDER if needed <= SATISFIES[domain]]
 
 
 def _contiguous_input(name: str, shape, dtype: str, domain: dict, mutated: bool = False) -> dict:
