@@ -66,3 +66,11 @@ def test_a_zero_size_input_with_explicit_data_materializes_empty(dtype_name):
     spec["inputs"][0]["data"] = values.encode(torch.empty(0, dtype=layout.dtype_of(dtype_name)))
     view = layout.materialize(Case.from_dict(spec).inputs[0], 0, 0, False)
     assert view.shape == (0,) and view.dtype == layout.dtype_of(dtype_name)
+
+
+def test_a_one_element_expand_is_written_as_its_value():
+    """An eager result cut into an input (triage.graph_passes) may be a one-element expand:
+    contiguous() keeps its stride 0, and the byte view refused it ("triage failed" in the zoo)."""
+    expanded = torch.tensor(3.5).expand(1, 1).contiguous().reshape(-1)
+    assert expanded.stride() == (0,)
+    assert values.decode(values.encode(expanded), torch.float32, 1).tolist() == [3.5]

@@ -241,7 +241,10 @@ def _distinct_elements(view: torch.Tensor) -> list:
 
 def encode(storage: torch.Tensor) -> str:
     """Explicit storage values as base64 text (for reduced or hand-written cases)."""
-    raw = storage.contiguous().view(torch.uint8) if storage.dtype != torch.bool else storage.to(torch.uint8)
+    # A copy with strides of its own: contiguous() keeps a one-element expand's stride 0, which
+    # the byte view refuses.
+    storage = storage.reshape(-1).clone(memory_format=torch.contiguous_format)
+    raw = storage.view(torch.uint8) if storage.dtype != torch.bool else storage.to(torch.uint8)
     return base64.b64encode(raw.numpy().tobytes()).decode("ascii")
 
 
