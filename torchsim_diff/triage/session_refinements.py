@@ -25,8 +25,8 @@ def refine_verdicts(checker: Checker, verdicts, out_path: str, *, budget_s: floa
     like them takes their reduction for free) and a hang last (_in_reduction_order), each
     reduction's base is its part of the time left (_part_of_time_left) and none goes past the
     deadline: one the time does not reach or cuts stays as found, never half reduced
-    (reduce_error says why). shared_path: the run's
-    SharedReductions, so that what another process reduced first is not reduced here again."""
+    (reduce_error says why). shared_path: the run's SharedReductions, so that what another
+    process reduced first is not reduced here again."""
     verdicts = _in_reduction_order(list(verdicts)) if deadline is not None else list(verdicts)
     lines = []
     for k, verdict in enumerate(verdicts):
