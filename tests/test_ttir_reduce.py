@@ -147,7 +147,7 @@ STRIDED_LOAD = """tt.func @k(%arg0: !tt.ptr<f32>, %arg1: !tt.ptr<f32>) {
 def test_a_kernel_of_addresses_loads_and_stores_only_is_named_by_the_arithmetic_of_its_addresses():
     """Where every Triton op left is scaffolding, the construct led with tt.addptr; the bug is in
     the offsets the arith ops compute (a stride-2 load at offset -1)."""
-    ops, arithmetic = ttir_reduce.triton_ops(STRIDED_LOAD), ttir_reduce.arith_ops(STRIDED_LOAD)
+    ops, arithmetic = ttir_reduce.triton_ops(STRIDED_LOAD), ttir_reduce.dialect_ops(STRIDED_LOAD, "arith")
     assert ttir_reduce.construct(ops, arithmetic) == \
         ["arith.addi", "arith.muli", "tt.addptr", "tt.load", "tt.make_range", "tt.splat", "tt.store"]
     assert ttir_reduce.construct(ops | {"tt.reduce"}, arithmetic)[0] == "tt.reduce"

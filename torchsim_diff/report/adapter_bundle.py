@@ -86,7 +86,7 @@ def reduce_kernel(bundle: str, budget_s: float | None = None) -> tuple:
     seen = ttir_reduce.triton_ops(before.stdout if before is not None and not before.returncode else reduced)
     _record(bundle, kind="compile_error", file=KERNEL_FILE, lines=[len(original.splitlines()),
             len(reduced.splitlines())], seconds=round(seconds, 1), passes={} if at is None else {str(at): "fails"},
-            construct=ttir_reduce.construct(seen | _math_ops(reduced), ttir_reduce.arith_ops(reduced)))
+            construct=_construct(reduced, seen))
     return len(original.splitlines()), len(reduced.splitlines())
 
 
@@ -132,13 +132,16 @@ def reduce_value_kernel(bundle: str, kernel: str, grid: tuple, args: list, exact
     _record(bundle, kind="wrong_values", file=shipped, mode=found.mode, buffers=found.buffers, lines=list(found.lines),
             seconds=found.seconds, evidence=found.evidence, passes={str(k): "lowers " + ", ".join(
                 ttir_reduce.construct(o for o, at in lowered.items() if at == k)) for k in sorted(set(lowered.values()))},
-            construct=ttir_reduce.construct(ttir_reduce.triton_ops(found.text) | _math_ops(found.text),
-                                             ttir_reduce.arith_ops(found.text)))
+            construct=_construct(found.text))
     return found.lines
 
 
-def _math_ops(ttir: str) -> set:
-    return set(re.findall(r'^\s*(?:%[\w#:]+ = )?"?(math\.\w+)', ttir, re.M))
+def _construct(ttir: str, triton_ops: set | None = None) -> list:
+    """The construct of a reduced kernel (ttir_reduce.construct): its Triton ops (or `triton_ops`,
+    those seen before the failing pass) and math ops, with its arith ops for a kernel of addresses."""
+    from torchsim_diff.report import ttir_reduce
+    ops = ttir_reduce.triton_ops(ttir) if triton_ops is None else triton_ops
+    return ttir_reduce.construct(ops | ttir_reduce.dialect_ops(ttir, "math"), ttir_reduce.dialect_ops(ttir, "arith"))
 
 
 def _record(bundle: str, **fields) -> None:

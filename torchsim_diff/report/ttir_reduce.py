@@ -69,15 +69,14 @@ def run_adapter(ttir: str, tool: str, passes: tuple, *options: str):
         os.unlink(handle.name)
 
 
+def dialect_ops(ir: str, dialect: str) -> set:
+    """The ops of `dialect` (`arith`, `math`, `tt`; pretty or generic form) in `ir`."""
+    return set(re.findall(rf'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?({dialect}\.\w+)', ir, re.M))
+
+
 def triton_ops(ir: str) -> set:
-    """The Triton ops (`tt.*`, pretty or generic form) in `ir`, their region terminators aside."""
-    return set(re.findall(r'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?(tt\.\w+)', ir, re.M)) - \
-        {"tt.reduce.return", "tt.scan.return"}
-
-
-def arith_ops(ir: str) -> set:
-    """The `arith` ops (pretty or generic form) in `ir`."""
-    return set(re.findall(r'^\s*(?:%[\w#:]+(?:, %[\w#:]+)* = )?"?(arith\.\w+)', ir, re.M))
+    """The Triton ops (`tt.*`) in `ir`, their region terminators aside."""
+    return dialect_ops(ir, "tt") - {"tt.reduce.return", "tt.scan.return"}
 
 
 CRASH_FRAMES = 3
@@ -394,7 +393,7 @@ def lowering_passes(ttir: str, tool: str, passes: tuple) -> dict:
 def construct(ops, arithmetic=()) -> list:
     """The Triton ops of a reduced kernel, those beyond addresses, masks, loads and stores first.
     Where none is beyond them, the bug is in what the addresses compute (a stride-2 load at offset
-    -1): the kernel's `arithmetic` ops (arith_ops) lead, not its tt.addptr."""
+    -1): the kernel's `arithmetic` ops (its `arith` dialect_ops) lead, not its tt.addptr."""
     ops = sorted(set(ops) - {"tt.func", "tt.return"})
     lead = [o for o in ops if o not in SCAFFOLDING] or sorted(set(arithmetic) - {"arith.constant"})
     return lead + [o for o in ops if o in SCAFFOLDING]
