@@ -256,11 +256,14 @@ class WorkerSession:
         """An item stopped by its budget (BudgetSpent through Hypothesis) passed with what it ran;
         a campaign's finding is told in a few lines (_short_finding)."""
         report = yield
-        if self._clock is not None and call.excinfo is not None and call.excinfo.errisinstance(BudgetSpent):
+        if call.excinfo is None:
+            return report
+        if self._clock is not None and call.excinfo.errisinstance(BudgetSpent):
             report.outcome, report.longrepr = "passed", None
-        elif self.explicit_routes and self.verbose < 1 and report.failed and call.excinfo is not None \
-                and _findings(call.excinfo.value):
-            report.longrepr = self._short_finding(item.nodeid, _findings(call.excinfo.value), str(report.longrepr))
+        elif self.explicit_routes and self.verbose < 1 and report.failed:
+            findings = _findings(call.excinfo.value)
+            if findings:
+                report.longrepr = self._short_finding(item.nodeid, findings, str(report.longrepr))
         return report
 
     def _short_finding(self, nodeid: str, findings: list, full_text: str) -> str:
@@ -354,7 +357,7 @@ def _findings(error) -> list:
     if isinstance(error, Finding):
         return [error]
     group = getattr(error, "exceptions", None)      # an exception group (the backport's on Python < 3.11)
-    if isinstance(group, tuple) and group:
-        leaves = [leaf for sub in group for leaf in (_findings(sub) or [None])]
-        return leaves if None not in leaves else []
-    return []
+    if not isinstance(group, tuple) or not group:
+        return []
+    each = [_findings(sub) for sub in group]
+    return [leaf for leaves in each for leaf in leaves] if all(each) else []

@@ -240,7 +240,7 @@ def _distinct_elements(view: torch.Tensor) -> list:
 
 
 def encode(storage: torch.Tensor) -> str:
-    """Explicit storage values as base64 text (for reduced or hand-written cases)."""
+    """Explicit storage values, in row-major order, as base64 text (for reduced or hand-written cases)."""
     # A copy with strides of its own: contiguous() keeps a one-element expand's stride 0, which
     # the byte view refuses.
     storage = storage.reshape(-1).clone(memory_format=torch.contiguous_format)

@@ -87,7 +87,7 @@ def _cut_input(case: Case, ref: str, name: str, metas: dict, computed: dict) -> 
     domain = {"kind": (holding or domains)[0]}
     spec = _contiguous_input(name, list(result.shape), layout.dtype_name(result.dtype), domain)
     if holding:
-        spec["data"] = values.encode(value.contiguous().reshape(-1))
+        spec["data"] = values.encode(value)
     return spec
 
 

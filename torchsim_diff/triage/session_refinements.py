@@ -66,8 +66,7 @@ def _in_reduction_order(verdicts: list) -> list:
         key = raw_key(verdict) if verdict.failed and verdict.kind.reducible else None
         (again if key in seen else first).append(verdict)
         seen.add(key)
-    ordered = first + again
-    return [v for v in ordered if v.kind != Kind.TIMEOUT] + [v for v in ordered if v.kind == Kind.TIMEOUT]
+    return sorted(first + again, key=lambda verdict: verdict.kind == Kind.TIMEOUT)     # stable: order kept within
 
 
 def apply_refinements(records: list, folder: str) -> list:
