@@ -198,28 +198,41 @@ def test_each_store_is_traced_to_the_buffer_it_writes():
     assert value.store_targets(kernel, launch) == {store: "buf1"}
 
 
-@pytest.mark.e2e       # about 20 s: each candidate goes through the adapter, LLVM 19 and two launches
+@pytest.mark.e2e       # about 30 s: each candidate goes through the adapter, LLVM 19 and two launches
 @needs_adapter
 @pytest.mark.skipif(not all(map(shutil.which, HOST_TOOLS)), reason="needs LLVM 19 (mlir-opt-19, mlir-translate-19, clang-19)")
-def test_a_wrong_value_that_depends_on_mallocs_fill_reduces_to_the_reduce_and_keeps_depending_on_it():
+def test_a_wrong_value_that_depends_on_mallocs_fill_reduces_to_the_reduce_and_its_repro_judges_it_by_the_fills(
+        tmp_path, monkeypatch):
     import torch
-    from torchsim_diff.report import ttir_value_reduce as value
+    from torchsim_diff.report import kernel_bundle
+    from torchsim_diff.report.repro_runs import run_repro
+    from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_ENV
+    monkeypatch.setenv(ADAPTER_ENV, TOOL)
     # adapter-reduce-init-tensor-empty: amin over a (2, 1) input of ones; the reduce's init is an
     # uninitialised tensor.empty(), so the result is malloc's garbage under the 0xC7 fill
-    launch = value.Launch("triton_per_fused_amin_0", (1, 1, 1),
-                          [("buffer", "buf0", 0, 2), ("buffer", "buf1", 0, 1), ("c_int32", 2)],
-                          {"buf0": torch.tensor([1.0, 1.0]), "buf1": torch.tensor([0.0])},
-                          {"buf0": torch.tensor([1.0, 1.0]), "buf1": torch.tensor([1.0])}, exact=False)
+    kernel, grid, args = "triton_per_fused_amin_0", (1, 1, 1), [("buffer", "buf0", 0, 2), ("buffer", "buf1", 0, 1),
+                                                                 ("c_int32", 2)]
+    torch.save({"before": {"buf0": torch.tensor([1.0, 1.0]), "buf1": torch.tensor([0.0])},
+                "expected": {"buf0": torch.tensor([1.0, 1.0]), "buf1": torch.tensor([1.0])}},
+               tmp_path / kernel_bundle.LAUNCH_FILE)
     whole = fixture("amin_reduce_init.ttir")
-    found = value.reduce_launch(whole, launch, TOOL, budget_s=120)
-    assert found.mode == "fill" and found.buffers == ["buf1"]
-    assert found.lines[1] < found.lines[0] / 2, found.text
-    assert "tt.reduce" in found.text and "tt.load" not in found.text      # the input is not needed
-    host = value.HostRun(launch, TOOL)
-    try:
-        assert value.fill_dependent(host.outputs(found.text), ["buf1"]) == ["buf1"]
-    finally:
-        host.close()
+    (tmp_path / "kernel.ttir").write_text(whole)
+    (tmp_path / "repro.py").write_text(kernel_bundle.render_script("amin's init", kernel, grid, args, False))
+    reproduces = lambda: run_repro(str(tmp_path))[0] == 1         # noqa: E731
+    before, after = adapter_bundle.reduce_value_kernel(str(tmp_path), kernel, grid, args, False, budget_s=120,
+                                                       check=reproduces, title="amin's init")
+    found = adapter_bundle.reduction(str(tmp_path))
+    assert found["mode"] == "fill" and found["buffers"] == ["buf1"] and found["file"] == "kernel.ttir"
+    assert after < before / 2 and (tmp_path / adapter_bundle.ORIGINAL_FILE).read_text() == whole
+    reduced = (tmp_path / "kernel.ttir").read_text()
+    assert "tt.reduce" in reduced and "tt.load" not in reduced       # the input is not needed
+    status, out, _err = run_repro(str(tmp_path))                     # the reduced kernel, judged by the fills
+    assert status == 1 and "buf1[0]" in out and "0xC7" in out, out
+    # the same judge on a buffer the fills do not change says fixed
+    (tmp_path / "repro.py").write_text(kernel_bundle.render_script("amin's init", kernel, grid, args, False,
+                                                                   fill_judged=("buf0",)))
+    status, out, _err = run_repro(str(tmp_path))
+    assert status == 0 and "do not depend on malloc's fill" in out, out
 
 
 DUMP = """triton-adapter-opt: STLExtras.h:1281: back() const: Assertion `!empty()' failed.

@@ -91,13 +91,13 @@ def reduce_kernel(bundle: str, budget_s: float | None = None) -> tuple:
 
 
 def reduce_value_kernel(bundle: str, kernel: str, grid: tuple, args: list, exact: bool,
-                        budget_s: float | None = None, check=None) -> tuple:
+                        budget_s: float | None = None, check=None, title: str = "") -> tuple:
     """Reduce the kernel of a value bundle (report.kernel_bundle) at IR level with the adapter
-    and a host run as the oracle (report.ttir_value_reduce). In `fill` mode the reduced kernel
-    goes beside the whole one (kernel.reduced.ttir: repro.py keeps comparing the whole kernel
-    with the interpreter); in `expected` mode it replaces it, launch.pt's expected values
-    following the stores it keeps, unless `check()` (repro.py still reproduces) then says no:
-    the reduced kernel then goes beside the whole one too. (lines before, lines after)."""
+    and a host run as the oracle (report.ttir_value_reduce). The reduced kernel replaces the
+    whole one (kept as kernel.original.ttir), unless `check()` (repro.py still reproduces) then
+    says no: it then goes beside it (kernel.reduced.ttir). In `expected` mode launch.pt's expected
+    values follow the stores it keeps; in `fill` mode repro.py (titled `title`) judges it by the
+    two fills. (lines before, lines after)."""
     from torchsim_diff.report import ttir_reduce, ttir_value_reduce as value
     from torchsim_diff.report.kernel_bundle import LAUNCH_FILE
     from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_PASSES, adapter_path
@@ -110,8 +110,7 @@ def reduce_value_kernel(bundle: str, kernel: str, grid: tuple, args: list, exact
         return len(original.splitlines()), len(original.splitlines())
     shipped = KERNEL_FILE
     if found.text != original and found.mode == "fill":
-        shipped = REDUCED_FILE
-        _write(os.path.join(bundle, REDUCED_FILE), found.text)
+        shipped = _ship_fill_kernel(bundle, found, (kernel, grid, args, exact), title, check)
     elif found.text != original:
         import torch
         with open(os.path.join(bundle, LAUNCH_FILE), "rb") as handle:
@@ -134,6 +133,29 @@ def reduce_value_kernel(bundle: str, kernel: str, grid: tuple, args: list, exact
                 ttir_reduce.construct(o for o, at in lowered.items() if at == k)) for k in sorted(set(lowered.values()))},
             construct=_construct(found.text))
     return found.lines
+
+
+def _ship_fill_kernel(bundle: str, found, launch: tuple, title: str, check) -> str:
+    """The file the reduced kernel of a `fill` reduction is shipped as: kernel.ttir, with a
+    repro.py that judges it by the fills, where that repro.py reproduces; else kernel.reduced.ttir
+    beside the whole kernel and its repro.py, as they were."""
+    from torchsim_diff.report import kernel_bundle
+    kernel, repro = os.path.join(bundle, KERNEL_FILE), os.path.join(bundle, "repro.py")
+    whole_repro = _read(repro)
+    os.replace(kernel, os.path.join(bundle, ORIGINAL_FILE))
+    _write(kernel, found.text)
+    judged = ", ".join(f"`{name}`" for name in found.buffers)
+    head = (f"{title}\nA kernel reduced from Inductor's Triton kernel (kernel.original.ttir; kernel.py its source), "
+            f"one launch, lowered by the adapter and LLVM 19 and run on this host twice, with malloc's memory filled "
+            f"with {kernel_bundle.FILLS[0]}, then {kernel_bundle.FILLS[1]}.\nExpected: {judged} the same under both "
+            "fills: the kernel reads only memory it wrote.")
+    _write(repro, kernel_bundle.render_script(head, *launch, fill_judged=tuple(found.buffers)))
+    if check is None or check():
+        return KERNEL_FILE
+    os.replace(os.path.join(bundle, ORIGINAL_FILE), kernel)
+    _write(repro, whole_repro)
+    _write(os.path.join(bundle, REDUCED_FILE), found.text)
+    return REDUCED_FILE
 
 
 def _construct(ttir: str, triton_ops: set | None = None) -> list:
@@ -201,7 +223,9 @@ def _value_judge(found: dict) -> str:
                 "only memory it wrote cannot depend on the fill; a masked load without `other`, whose masked-off "
                 "lanes Triton leaves undefined, was given `other` = 0 first). " + (f"Here: {found['evidence']}. " if
                                                                       found.get("evidence") else "")
-                + f"`repro.py` runs the whole kernel (`{KERNEL_FILE}`) against Triton's interpreter.")
+                + (f"`repro.py` runs it twice, once per fill, and compares {buffers} between the runs; the kernel "
+                   f"as found is `{ORIGINAL_FILE}`." if found.get("file") == KERNEL_FILE else
+                   f"`repro.py` runs the whole kernel (`{KERNEL_FILE}`) against Triton's interpreter."))
     return ("Triton's interpreter knows the right values only for the whole kernel, so the reduction removed only "
             f"what the wrong buffer(s) {buffers} are not computed from (stores to other buffers and the ops only "
             "they read), judged by the adapter and a run of its output on this host: they must still differ from "

@@ -332,7 +332,7 @@ def _kernel_value_bundle(record: Record, case: Case, to_dir: str, artifacts_dir:
     reproduces = run_repro(to_dir)[0] == 1
     kernel_bundle.remove_built(to_dir)
     if reproduces:
-        adapter_bundle.reduce_value_kernel(to_dir, *launch, check=lambda: run_repro(to_dir)[0] == 1)
+        adapter_bundle.reduce_value_kernel(to_dir, *launch, check=lambda: run_repro(to_dir)[0] == 1, title=head[0])
         kernel_bundle.remove_built(to_dir)
         return source
     for name in (*kernel_bundle.SHIPPED, adapter_bundle.REDUCTION_FILE):   # the launch alone does not show it

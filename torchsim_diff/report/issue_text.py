@@ -114,7 +114,7 @@ def render_issue(record: Record, case: Case, bundle: str, artifacts: list, *, sh
         described = triton_kernel_script.description(expression(case, case.outputs),
                                                       record.kind in Kind.values_where("no_values"))
     else:
-        described = _launch_description(record, case) if launch else _description(record, case, kernel_only, options)
+        described = _launch_description(record, case, bundle) if launch else _description(record, case, kernel_only, options)
     heading = markdown_text(heading) if heading else title(record, case)
     if thread == "new":
         parts = [f"<!-- File at {PT2_TEMPLATE if pt2 else project.file_at} -->", f"# {heading}", "", bug, "",
@@ -243,13 +243,16 @@ def _description(record: Record, case: Case, kernel_only: bool = False, options:
             f"{_divergence(record, case)}").rstrip()
 
 
-def _launch_description(record: Record, case: Case) -> str:
+def _launch_description(record: Record, case: Case, bundle: str) -> str:
     outcome = ("crashes on a launch that Triton's interpreter runs" if record.kind == Kind.CRASH.value else
                "gives values that differ from Triton's interpreter on the same launch")
+    reduced = adapter_bundle.reduction(bundle) or {}
+    runs = ("`repro.py` runs the reduced kernel's launch once per malloc fill and compares what it got wrong "
+            "between the two runs (below)." if reduced.get("mode") == "fill" and
+            reduced.get("file") == adapter_bundle.KERNEL_FILE else "`repro.py` runs that one launch and compares every buffer.")
     return (f"Inductor's Triton kernel for `{expression(case, case.outputs)}` ({kernel_bundle.SOURCE_FILE}), "
             f"lowered by triton-adapter-opt with triton-ascend's ttir_to_linalg pass list (its CPU path) and "
-            f"compiled for this host by LLVM 19, {outcome}. `repro.py` runs that one launch and compares "
-            f"every buffer.")
+            f"compiled for this host by LLVM 19, {outcome}. {runs}")
 
 
 def _compiler_name(record: Record) -> str:

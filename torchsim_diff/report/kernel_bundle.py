@@ -39,7 +39,9 @@ SOURCE_FILE = "kernel.py"
 LAUNCH_FILE = "launch.pt"
 LINALG_FILE = "kernel.linalg.mlir"              # the adapter's output, which repro.py writes
 SHIPPED = (KERNEL_FILE, SOURCE_FILE, LAUNCH_FILE, LINALG_FILE)
-BUILT = ("kernel.llvm.mlir", "kernel.ll", "fill_malloc.c", "kernel.so")   # what repro.py compiles on the way: not shipped
+FILLS = ("0x47", "0xC7")     # each launch's malloc fill: 0x47474747 is 51015.3 or 1195853639, 0xC7C7C7C7 -102286.6 or < 0
+BUILT = ("kernel.llvm.mlir", "kernel.ll", "fill_malloc.c", "kernel.so",     # what repro.py makes on the way: not shipped
+         *(f"after.{fill}.pt" for fill in FILLS))   # what repro.py compiles on the way: not shipped
 RUNNER_UTILS = "/usr/lib/llvm-19/lib/libmlir_c_runner_utils.so.19.1"   # Debian's libmlir-19
 # Linked into kernel.so (-Wl,--wrap=malloc): every byte the kernel mallocs filled with $REPRO_MALLOC_FILL.
 FILL_MALLOC_C = r"""#include <stdlib.h>
@@ -172,11 +174,16 @@ def _write_launch(launch_folder: str, meta: dict, expected: dict, path: str) -> 
     torch.save({"before": before, "expected": after}, path)
 
 
-def render_script(head: str, kernel: str, grid: tuple, arguments: list, exact: bool) -> str:
-    """repro.py for one launch of `kernel` (see the module docstring)."""
+def render_script(head: str, kernel: str, grid: tuple, arguments: list, exact: bool, fill_judged: tuple = ()) -> str:
+    """repro.py for one launch of `kernel` (see the module docstring). fill_judged: buffers whose
+    values must not depend on malloc's fill; repro.py then compares the two fills' values of them
+    with each other, not every buffer with Triton's interpreter (a reduced kernel, whose right
+    values nobody knows, shows a defect that way: report.ttir_value_reduce's `fill` mode)."""
     from torchsim_diff.routes.triton_spike.toolchain import ADAPTER_PASSES, MLIR_OPT_PASSES
     doc = (f"{head}\nExit 1: reproduces, 0: fixed, 2: cannot run here (needs torch, triton-adapter-opt, and LLVM 19's "
            f"mlir-opt-19, mlir-translate-19, clang-19 and libmlir-19).")
+    fixed = ("FIXED: the buffers do not depend on malloc's fill" if fill_judged else
+             "FIXED: every buffer matches Triton's interpreter")
     tolerance = ("dict(rtol=0, atol=0)  # exact: the kernel has no reduction, dot or inexact math" if exact else
                  "{}  # torch.testing's default for the dtype: a reduction or libm may round differently")
     text = f'''{docstring(doc)}
@@ -194,11 +201,12 @@ except ImportError as exc:
 PASSES = {_wrapped(ADAPTER_PASSES)}  # triton-ascend 3.2.0's ttir_to_linalg, its CPU path
 LOWER = {_wrapped(MLIR_OPT_PASSES)}  # its linalg_to_llir, with C wrappers for the entry
 RUNNER_UTILS = "{RUNNER_UTILS}"  # memrefCopy
-FILLS = ("0x47", "0xC7")  # each launch's malloc fill: 0x47474747 is 51015.3 or 1195853639, 0xC7C7C7C7 -102286.6 or < 0
+FILLS = {FILLS!r}  # each launch's malloc fill: 0x47474747 is 51015.3 or 1195853639, 0xC7C7C7C7 -102286.6 or < 0
 FILL_MALLOC = r"""{FILL_MALLOC_C}"""
 GRID = {tuple(grid)!r}
 ARGS = {arguments!r}  # ("buffer", name, byte offset, elements) or (ctypes type, value)
 TOLERANCE = {tolerance}
+FILL_JUDGED = {tuple(fill_judged)!r}  # buffers that must come out the same under both fills; (): judged by the interpreter
 os.chdir(os.path.dirname(os.path.abspath(__file__)))
 if "REPRO_MALLOC_FILL" not in os.environ:  # compile, then launch once per fill
     tools = [os.environ.get("TRITON_ADAPTER_OPT") or shutil.which("triton-adapter-opt"),
@@ -222,7 +230,17 @@ if "REPRO_MALLOC_FILL" not in os.environ:  # compile, then launch once per fill
         if code < 0:
             print(f"malloc's memory filled with {{fill}}: the launch died of signal {{-code}}")
     verdict = 2 if 2 in codes else 1 if any(codes) else 0
-    print({{0: "FIXED: every buffer matches Triton's interpreter", 1: "REPRODUCES"}}.get(verdict, "cannot run here"))
+    if FILL_JUDGED and verdict == 0:
+        after = [torch.load(f"after.{{fill}}.pt", weights_only=True) for fill in FILLS]
+        for name in FILL_JUDGED:
+            first, second = after[0][name].view(-1), after[1][name].view(-1)
+            nans = first.isnan() & second.isnan() if first.is_floating_point() else torch.zeros_like(first, dtype=torch.bool)
+            differ = ((first != second) & ~nans).nonzero()[:5, 0].tolist()
+            verdict = 1 if differ else verdict
+            for i in differ:
+                print(f"{{name}}[{{i}}]: {{first[i].item()!r}} with malloc's memory filled with {{FILLS[0]}}, "
+                      f"{{second[i].item()!r}} with {{FILLS[1]}}")
+    print({{0: "{fixed}", 1: "REPRODUCES"}}.get(verdict, "cannot run here"))
     sys.exit(verdict)
 kernel = getattr(ctypes.CDLL(os.path.abspath("kernel.so")), "_mlir_ciface_{kernel}")
 launch = torch.load("{LAUNCH_FILE}", weights_only=True)  # buffers before the launch; Triton's interpreter's after it
@@ -236,6 +254,8 @@ args = [memref(scratch, 0, 64)] * 2 + [memref(buffers[a[1]], *a[2:]) if a[0] == 
                                        for a in ARGS]
 for z, y, x in ((z, y, x) for z in range(GRID[2]) for y in range(GRID[1]) for x in range(GRID[0])):
     kernel(*args, *map(ctypes.c_int32, (*GRID, x, y, z)))
+if FILL_JUDGED:  # the parent compares the two fills' values
+    sys.exit(torch.save({{name: buffers[name] for name in FILL_JUDGED}}, f"after.{{os.environ['REPRO_MALLOC_FILL']}}.pt"))
 failed = False
 for name, want in launch["expected"].items():
     try:

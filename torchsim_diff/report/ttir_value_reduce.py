@@ -34,8 +34,7 @@ import tempfile
 import time
 
 from torchsim_diff.report import ttir_reduce
-
-FILLS = ("0x47", "0xC7")
+from torchsim_diff.report.kernel_bundle import FILLS
 BUDGET_S = 180.0            # per kernel: one candidate compiles with clang and runs twice, ~1-3 s
 STEP_TIMEOUT_S = 120
 # A candidate is a kernel nobody wrote: a mask or bound made zero can make it loop or allocate
