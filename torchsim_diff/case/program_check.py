@@ -34,7 +34,7 @@ warnings.filterwarnings("ignore", category=UserWarning, module=CASE_MODULE.repla
 FREE_NAMES = frozenset({"torch", "float"})
 # Every attribute the op registry writes: torch functions, tensor methods, dtypes and the
 # `.values` of a (values, indices) pair. A new op that writes a new name adds it here
-# (tests/test_program_check.py draws every op and fails naming the missing one).
+# (tests/test_op_entry.py draws every op and fails naming the missing one).
 ATTRIBUTES = frozenset("""
 abs adaptive_avg_pool2d add add_ addbmm addcdiv addcmul addmm amax amin argmax argmin argsort atan2
 avg_pool2d baddbmm bfloat16 bitwise_and bitwise_not bitwise_or bitwise_xor bmm cat chunk clamp

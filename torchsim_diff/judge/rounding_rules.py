@@ -7,7 +7,7 @@ are named as `op_name` spells them ('add' for torch.add, Tensor.add_ and Tensor.
 Every function the judge knows has one rule, named in FUNCTIONS_BY_RULE (the names are the
 closed set an op declares as `OpSpec.rounding`, torchsim_diff/ops/rule_names.py); those
 that round nothing are listed too (EXACT), so that a function nobody classified shows up
-(tests/test_op_rounding.py) instead of silently rounding nothing.
+(tests/test_op_entry.py) instead of silently rounding nothing.
 
 The allowances a rule gives are about one ulp for pointwise ops, sqrt(n)+2 ulps of the
 magnitude for a reduction of length n, up to n/2 where its addends are equal

@@ -5,7 +5,7 @@ from `torchsim_diff.generate.strategies`) and how to write it as Python; shapes 
 results are not written by hand but inferred by running the emitted code on meta
 tensors. Adding an op is one `register(OpSpec(...))` call in the family module, which
 names the judge's rounding rule for it (`rounding`, one of the judge's RULES; no default,
-so that a new op cannot silently get no rounding allowance: tests/test_op_rounding.py checks
+so that a new op cannot silently get no rounding allowance: tests/test_op_entry.py checks
 the rule against the torch functions the op calls). Its edges (`edges`: where its semantics
 change regime, `torchsim_diff.ops.edges`) are declared in the same module, at its end, through
 `declare_edges` (tests/test_op_edges.py checks every op has them or says why it has none).

@@ -1,7 +1,7 @@
 """The rounding rules an op declares (`OpSpec.rounding`), by name: a closed set, each the
 judge's treatment of the torch functions one of its tables lists (FUNCTIONS_BY_RULE in
 the judge's rounding_rules module). An op's rule is that of the functions its code calls
-that round or decide (all of them one rule), "exact" where none does; tests/test_op_rounding.py
+that round or decide (all of them one rule), "exact" where none does; tests/test_op_entry.py
 checks every registered op against the judge's tables.
 
 Imports nothing: the op registry reads it without loading torch.

@@ -1,14 +1,21 @@
-"""Ops own their rounding facts: every registered op names the judge's rule for it
-(`OpSpec.rounding`), and that rule is the one the judge's tables give the torch functions
-the op's code calls, as the judge sees them (its TorchFunctionMode on a float64 run, as
-carried() reruns programs). A new op, or an op calling a function no table lists, fails here
-instead of silently getting no rounding allowance."""
+"""An op is one entry: its OpSpec in the registry (torchsim_diff/ops). The two other lists
+that name what ops write are torch *function* names, not op names, and each is checked against
+the registry here, op by op, on the programs drawn for that op:
+
+- the program gate's vocabulary (case/program_check ATTRIBUTES): every program the op's code
+  writes passes the gate, or the test names the attribute it lacks;
+- the judge's rounding tables (judge/rounding_rules): every torch function the op's code calls,
+  as the judge sees them (its TorchFunctionMode on a float64 run, as carried() reruns programs),
+  has a rule, and that rule is the one the op declares (`OpSpec.rounding`).
+
+A new op, or an op calling a function a list lacks, fails here instead of being refused at run
+time or silently getting no rounding allowance."""
 import pytest
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
 
 from torchsim_diff.case import layout
-from torchsim_diff.case.program_check import load_program
+from torchsim_diff.case.program_check import ProgramRejected, load_program
 from torchsim_diff.generate.strategies import cases
 from torchsim_diff.judge.carried_rounding import _Run
 from torchsim_diff.judge.rounding_rules import (ARG_EXTREMES, COMPARISONS, EXACT, FUNCTIONS_BY_RULE, JUMPS,
@@ -53,7 +60,7 @@ def _calls(case) -> list:
 
 
 @pytest.mark.parametrize("name", list(OPS))
-def test_each_ops_rule_is_the_judges_rule_for_the_functions_it_calls(name):
+def test_each_ops_programs_pass_the_gate_and_its_rule_is_the_judges_rule_for_the_functions_it_calls(name):
     spec = OPS[name]
     assert spec.rounding in RULES, f"op {name!r} declares rounding={spec.rounding!r}, not one of {tuple(RULES)}"
     seen = set()
@@ -64,7 +71,11 @@ def test_each_ops_rule_is_the_judges_rule_for_the_functions_it_calls(name):
     def record(case):
         seen.update(_calls(case))
 
-    record()
+    try:
+        record()        # a case's program is checked by the gate as it is written (case.graph)
+    except ProgramRejected as exc:
+        pytest.fail(f"op {name!r} writes a program the gate refuses ({exc}): add the name to the program "
+                    f"vocabulary (case/program_check ATTRIBUTES)")
     unclassified = sorted(f for f in seen if rule_of(f) is None)
     assert not unclassified, (f"op {name!r} calls {unclassified}, which no table of the judge lists: give each a "
                               f"rule in the judge's rounding_rules module (EXACT where it rounds nothing)")
