@@ -180,6 +180,20 @@ def test_a_sessions_hangs_are_reduced_after_its_other_failures():
     assert _in_reduction_order([hang, crash, again]) == [crash, again, hang]
 
 
+def test_the_closing_time_reduces_the_first_failure_of_each_raw_signature_first():
+    from torchsim_diff.triage.session_refinements import _in_reduction_order
+    tanh, exp = (make_case([{"id": "v0", "op": op, "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"])
+                 for op in ("tanh", "exp"))
+    def failure(signature, case):
+        return types.SimpleNamespace(failed=True, kind=Kind.WRONG_VALUES, case=case, signature=signature)
+    first, same, other_key, second = (failure("r|wrong_values|tanh|output", tanh), failure("r|wrong_values|tanh|output", tanh),
+                                      failure("r|wrong_values|tanh|output", make_case(
+                                          [{"id": "v0", "op": "tanh", "args": ["x0"], "attrs": {}}],
+                                          [("x0", [3], [1], 0, 3, {})], ["v0"], dtype="float16")),
+                                      failure("r|wrong_values|exp|output", exp))
+    assert _in_reduction_order([first, same, other_key, second]) == [first, second, other_key, same]
+
+
 def test_cut_input_keeps_consumer_domain():
     case = _padded_case()
     cuts = [c for c in graph_passes._cut_nodes(case)]

@@ -131,8 +131,9 @@ class WorkerSession:
 
         A case seen before (Hypothesis revisits cases while shrinking, and replays the
         failing one) gets its earlier verdict again: no second run, no second record. Under a
-        budget, a new case may instead end the item (BudgetSpent). A failure in a bucket that
-        another item claimed is recorded and not raised (torchsim_diff.bucket_claims).
+        budget, a new case may instead end the item (BudgetSpent), and a failure left to reduce
+        after the drawing is recorded, not raised: the item goes on drawing. A failure in a
+        bucket that another item claimed is recorded and not raised (torchsim_diff.bucket_claims).
         """
         key = (case.case_id, route)
         verdict = self._verdicts.get(key)
@@ -141,7 +142,7 @@ class WorkerSession:
                 self._clock.admit()
             verdict = self._verdicts[key] = self._run(case, route)
         if key in self._deferred:
-            raise BudgetSpent       # the item's time ran out in reducing the failure: it is reduced at the end
+            return verdict          # decided in the closing share (_reduce_then_bucket)
         if not self.is_known(verdict) and verdict.failed and self._raises_here(verdict):
             verdict.raise_if_failed()
         return verdict
@@ -156,10 +157,13 @@ class WorkerSession:
 
     def _run(self, case, route: str):
         """One route run through the case runner (run.runner); its record is written. The
-        runner reduces a failure to tell a known bug; under a budget only within the item's
-        time: one it cannot reduce by then is reduced at session end (_reduce_then_bucket)."""
+        runner reduces a failure to tell a known bug. Under a budget it reduces nothing while
+        drawing (a failure another one's reduction covers takes it: the same raw failure,
+        reduced by any worker of the run); the rest are reduced in the budget's closing share
+        (_reduce_then_bucket). A reduction takes seconds to a minute, and made in the drawing
+        it took 40% of a route's share."""
         verdict = self.runner.verdict(case, route, cap=self._clock.cap if self._clock else None)
-        record = self.runner.record(verdict, reduce_by=self._clock.draw_until if self._clock else None)
+        record = self.runner.record(verdict, reduce_by=time.time() if self._clock else None)
         self.writer.write(record)
         if record.reduce_error == DEFERRED:
             self._deferred.add((case.case_id, route))

@@ -46,7 +46,7 @@ ARTIFACT_FIELDS = ("artifacts", "reduced_artifacts")
 ABANDONED = "abandoned"
 # reduce_error of a failure a campaign's budget left unreduced (triage.refine): its bucket is its
 # raw one, which says nothing of the cause, so it is neither NEW nor known
-DEFERRED = "not reduced in its fuzz item: the item's time ran out first (reduced after the drawing)"
+DEFERRED = "not reduced while drawing: a campaign under a budget reduces its failures after the drawing"
 NOT_REACHED = "not reduced: the run's budget for reductions ran out first"
 # The error figures of a case (and of each op in `op_errors`).
 FIGURE_FIELDS = ("max_abs_err", "max_rel_err", "max_ulp", "err_ratio", "atol_needed", "rtol_needed")

@@ -58,15 +58,22 @@ def _part_of_time_left(deadline: float, reductions_left: int) -> float:
 
 
 def _in_reduction_order(verdicts: list) -> list:
-    """The verdicts with the first of each raw_key before the others, each group in order, and
-    hangs last: every candidate of a hang that keeps hanging costs a time limit, and one hang
-    reduced first took a 10-minute campaign's whole closing share from a worker's other failures."""
-    seen, first, again = set(), [], []
-    for verdict in verdicts:
-        key = raw_key(verdict) if verdict.failed and verdict.kind.reducible else None
-        (again if key in seen else first).append(verdict)
-        seen.add(key)
-    return sorted(first + again, key=lambda verdict: verdict.kind == Kind.TIMEOUT)     # stable: order kept within
+    """The verdicts in the order the closing time reduces them: the first failure of each raw
+    signature (the failing op, kind and place), then the first of each raw_key left (a failure
+    like one before it takes that one's reduction for free), then the others, each group in
+    order, and hangs last: every candidate of a hang that keeps hanging costs a time limit, and
+    one hang reduced first took a 10-minute campaign's whole closing share from a worker's other
+    failures. Where the time reaches only some, it reaches as many kinds of failure as it can."""
+    signatures, keys, rank = set(), set(), {}
+    for k, verdict in enumerate(verdicts):
+        reducible = verdict.failed and verdict.kind.reducible
+        key = raw_key(verdict) if reducible else None
+        signature = verdict.signature if reducible else None
+        rank[k] = 0 if signature not in signatures else 1 if key not in keys else 2
+        signatures.add(signature)
+        keys.add(key)
+    order = sorted(range(len(verdicts)), key=lambda k: (verdicts[k].kind == Kind.TIMEOUT, rank[k]))   # stable
+    return [verdicts[k] for k in order]
 
 
 def apply_refinements(records: list, folder: str) -> list:
