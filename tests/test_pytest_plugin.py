@@ -266,3 +266,33 @@ def test_the_fuzz_items_draw_graphs_of_at_most_fuzz_max_nodes_and_the_header_say
     assert "(fuzz items: graph_nodes=2, --fuzz-max-nodes)" in done.stdout
     sizes = [len(r.case["nodes"]) for r in _records(report)]
     assert len(sizes) == 12 and max(sizes) == 2, sizes
+
+
+NO_REDUCING = '''
+import pytest
+from torchsim_diff.triage import refine
+
+def _no_reduction(*args, **kwargs):
+    raise AssertionError("reduced again")
+
+refine.reduce_case = _no_reduction
+'''
+OTHER_CODE = '''
+refine.code_scope = lambda: "other code"
+'''
+
+
+def test_a_campaign_takes_the_reductions_an_earlier_one_beside_it_made_with_the_same_code(suite):
+    def failures(run: str, conftest: str = "") -> list:
+        suite.makeconftest(conftest)
+        suite.runpytest_subprocess("--routes", "double-wrong-element", "--hypothesis-profile=ci",
+                                   "--report-dir", str(suite.path / run), "-p", "no:cacheprovider")
+        return [r for r in _records(suite.path / run) if r.failed]
+
+    first = failures("first")
+    assert first and all(r.reduced_case and not r.reduce_error for r in first)
+    again = failures("again", NO_REDUCING)            # the same cases: each decided by the first run's reduction
+    assert again and all(r.reduced_case and not r.reduce_error for r in again), [r.reduce_error for r in again]
+    assert {r.bucket for r in again} == {r.bucket for r in first}
+    other = failures("other", NO_REDUCING + OTHER_CODE)   # other code: nothing of the first run is taken
+    assert other and all("reduced again" in (r.reduce_error or "") for r in other), [r.reduce_error for r in other]

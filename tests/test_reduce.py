@@ -657,3 +657,12 @@ def test_the_edge_cells_a_removed_node_meant_go_with_it(add_case):
     data = add_case.to_dict()
     data["values"] = {**data["values"], "meant": [["v2", "x0=nan"], ["v9", "x1 0-d"]]}
     assert _candidate(data).values["meant"] == [["v2", "x0=nan"]]
+
+
+def test_shared_reductions_are_kept_apart_by_the_code_that_made_them(tmp_path):
+    from torchsim_diff.triage.shared_reductions import SharedReductions, code_scope
+    path = str(tmp_path / "reductions.sqlite")
+    SharedReductions(path, code_scope()).put("key", {"signature": "s"})
+    assert SharedReductions(path, code_scope()).get("key") == {"signature": "s"}
+    assert SharedReductions(path, "other code").get("key") is None
+    assert len(code_scope()) == 16 and code_scope() == code_scope()

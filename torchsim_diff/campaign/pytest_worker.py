@@ -205,8 +205,9 @@ class WorkerSession:
 
     @property
     def reductions_path(self) -> str:
-        """The run's reductions, shared by its processes (triage.shared_reductions)."""
-        return os.path.join(self.report_dir, "reductions.sqlite")
+        """The reductions shared by the run's processes and by the runs whose folders sit beside
+        it, as the bucket history is (triage.shared_reductions)."""
+        return os.path.join(os.path.dirname(os.path.abspath(self.report_dir)), "reductions.sqlite")
 
     @property
     def checker(self):

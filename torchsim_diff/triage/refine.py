@@ -38,7 +38,7 @@ from torchsim_diff.run.checker import Checker
 from torchsim_diff.buckets import signatures
 from torchsim_diff.triage.case_edits import _materialize
 from torchsim_diff.triage.reduce import DEFAULT_BUDGET_S, ReduceError, reduce_case
-from torchsim_diff.triage.shared_reductions import SharedReductions
+from torchsim_diff.triage.shared_reductions import SharedReductions, code_scope
 from torchsim_diff.triage.trigger_ablations import (_value_classes, ablations, needed_specials, neutral_substitutes,
                                                     ordinary_variants)
 
@@ -112,7 +112,7 @@ class ReduceThenBucket:
             refiner = _REFINERS[checker] = cls(checker, budget_s=budget_s)
         refiner.budget_s, refiner.cap_s = budget_s, cap_s
         if shared_path is not None:
-            refiner.shared = SharedReductions(shared_path)
+            refiner.shared = SharedReductions(shared_path, code_scope())
         return refiner
 
     def refine(self, verdict, *, stop_at: float | None = None) -> dict:
