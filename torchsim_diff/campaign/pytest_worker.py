@@ -160,8 +160,8 @@ class WorkerSession:
         runner reduces a failure to tell a known bug. Under a budget it reduces nothing while
         drawing (a failure another one's reduction covers takes it: the same raw failure,
         reduced by any worker of the run); the rest are reduced in the budget's closing share
-        (_reduce_then_bucket). A reduction takes seconds to a minute, and made in the drawing
-        it took 40% of a route's share."""
+        (_reduce_then_bucket). A reduction takes seconds to a minute: made while drawing, the
+        reductions took a third of a route's drawing time or more."""
         verdict = self.runner.verdict(case, route, cap=self._clock.cap if self._clock else None)
         record = self.runner.record(verdict, reduce_by=time.time() if self._clock else None)
         self.writer.write(record)

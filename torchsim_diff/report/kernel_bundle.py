@@ -41,7 +41,7 @@ LINALG_FILE = "kernel.linalg.mlir"              # the adapter's output, which re
 SHIPPED = (KERNEL_FILE, SOURCE_FILE, LAUNCH_FILE, LINALG_FILE)
 FILLS = ("0x47", "0xC7")     # each launch's malloc fill: 0x47474747 is 51015.3 or 1195853639, 0xC7C7C7C7 -102286.6 or < 0
 BUILT = ("kernel.llvm.mlir", "kernel.ll", "fill_malloc.c", "kernel.so",     # what repro.py makes on the way: not shipped
-         *(f"after.{fill}.pt" for fill in FILLS))   # what repro.py compiles on the way: not shipped
+         *(f"after.{fill}.pt" for fill in FILLS))
 RUNNER_UTILS = "/usr/lib/llvm-19/lib/libmlir_c_runner_utils.so.19.1"   # Debian's libmlir-19
 # Linked into kernel.so (-Wl,--wrap=malloc): every byte the kernel mallocs filled with $REPRO_MALLOC_FILL.
 FILL_MALLOC_C = r"""#include <stdlib.h>
