@@ -174,6 +174,19 @@ def test_under_a_budget_a_failure_is_reduced_after_the_drawing_and_its_item_goes
                                      "The run fails: * failure(s) the budget left undecided*"])
 
 
+def test_under_a_budget_a_route_that_batches_compiles_its_items_cases_together_each_judged_alone(suite):
+    report = suite.path / "run"
+    result = suite.runpytest_subprocess("--routes", "eager", "--fuzz-budget", "20s", "--fuzz-batch", "eager=3",
+                                        "--report-dir", str(report), "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    records = _records(report)
+    assert len(records) >= 3 and len({r.case_id for r in records}) == len(records)     # distinct cases
+    assert sum(r.batch == 3 for r in records) >= 3 and all(r.status == "pass" for r in records)
+    bad = suite.runpytest_subprocess("--routes", "eager", "--fuzz-batch", "eager=0", "-p", "no:cacheprovider")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--fuzz-batch='eager=0': 'eager=0' is not route=cases with a positive number*"])
+
+
 def test_a_budget_turns_hypothesis_shrinking_off_and_a_bad_weight_is_one_line(suite):
     suite.makepyfile(test_phases='''
 from hypothesis import Phase

@@ -50,7 +50,7 @@ def _every_field_set() -> Record:
         n_nodes=1, max_abs_err=0.5, max_rel_err=0.25, max_ulp=4.0, unstable=1, carried_ulp=0.1,
         carried_by_op={"relu": 0.1}, err_ratio=2.0, atol_needed=0.6, rtol_needed=0.3, t_compile=1.0, t_run=0.5,
         t_case=2.0, t_harness=0.25, t_start=0.1, t_diagnose=0.2, cost=1234, divergent_kernel={"launch": 0},
-        dynamic=True, second_size={"shapes": [[3, 4]], "status": "pass"}, versions={"torch": "2"},
+        dynamic=True, second_size={"shapes": [[3, 4]], "status": "pass"}, batch=4, versions={"torch": "2"},
         artifacts="artifacts/inductor/c1", message="output 0: values differ", case=CASE,
         op_errors={"relu": {"max_abs_err": 0.5, "atol_needed": 0.6}},
         op_local_errors={"relu": {"max_abs_err": 0.4, "atol_needed": 0.5}}, known=True, signature="inductor|wrong_values",
@@ -181,7 +181,7 @@ WRONG = {"text": 5, "text or null": 5, "a folder name or null": 5, "a list of op
          "a list of layout classes": [1], "a list of dtype names": None, "a list of names or null": "x",
          "a case object or null": "text", "an object of per-op figures or null": [1],
          "an object or null": [], "true, false or null": "yes", "true or false": None,
-         "a number or null": "1s"}
+         "a number or null": "1s", "a count over 1 or null": 1}
 
 
 @pytest.mark.parametrize("name", sorted(FIELD_TYPES))

@@ -46,9 +46,9 @@ from hypothesis import HealthCheck, settings
 from torchsim_diff import bytecode
 from torchsim_diff.campaign import options
 from torchsim_diff.campaign.pytest_controller import FuzzSession, XdistHooks
-from torchsim_diff.campaign.pytest_worker import DEFAULT_ROUTES
+from torchsim_diff.campaign.pytest_worker import DEFAULT_BATCHES, DEFAULT_ROUTES
 from torchsim_diff.campaign.progress import MODES
-from torchsim_diff.campaign.route_shares import parse_weights
+from torchsim_diff.campaign.route_shares import parse_batches, parse_weights
 from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
 
 # Profiles under our own names: registering them changes no other suite's settings, and
@@ -107,6 +107,9 @@ def pytest_addoption(parser):
     group.addoption("--fuzz-route-weights", default=None,
                     help="under --fuzz-budget, each route's weight in the drawing time, e.g. triton-spike=2,"
                          "inductor=0.5; routes not named weigh 1 (default: equal shares)")
+    group.addoption("--fuzz-batch", default=DEFAULT_BATCHES,
+                    help="under --fuzz-budget, cases a route compiles as one program (run.batch: verdicts stay "
+                         f"those of solo runs), e.g. inductor=4,triton=2; routes not named: 1 (default: {DEFAULT_BATCHES})")
     group.addoption("--known-bugs", default=None, help="folder of known-bug corpus entries (default: corpora/known "
                     "under the rootdir, else the copy installed with torchsim-diff)")
     group.addoption("--fuzz-progress", default="auto", choices=MODES,
@@ -165,6 +168,11 @@ def _validate_weights(config) -> None:
     unrun = [route for route in weights if route not in routes.split(",")]
     if unrun:
         raise pytest.UsageError(f"--fuzz-route-weights={text!r}: route {unrun[0]!r} is not among --routes ({routes})")
+    batches = config.getoption("--fuzz-batch")
+    try:
+        parse_batches(batches)
+    except options.BadOption as exc:
+        raise pytest.UsageError(f"--fuzz-batch={batches!r}: {exc}") from None
 
 
 def pytest_configure(config):

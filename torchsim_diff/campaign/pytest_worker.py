@@ -23,7 +23,7 @@ import pytest
 from hypothesis import Phase, settings
 
 from torchsim_diff.campaign.budget import Budget, BudgetSpent, ItemClock, interleaved_by_route
-from torchsim_diff.campaign.route_shares import RouteShares, parse_weights
+from torchsim_diff.campaign.route_shares import RouteShares, parse_batches, parse_weights
 from torchsim_diff.campaign.progress import choose_mode
 from torchsim_diff.results.record import DEFERRED
 from torchsim_diff.run.adaptive_timeouts import TimeoutPolicy
@@ -32,6 +32,10 @@ from torchsim_diff.buckets.signatures import Finding
 
 DEFAULT_ROUTES = "eager,inductor"
 DEFAULT_PROFILE = "torchsim-default"
+# Under a budget, cases a route compiles as one program (run.batch). Inductor's C++ build costs
+# about a second whatever the program holds: 4 cases a program ran 1.34x the cases per second.
+# Triton's interpreter gained nothing in wall time, so it runs one at a time.
+DEFAULT_BATCHES = "inductor=4"
 BUDGETED_EXAMPLES = 10 ** 9     # an item's examples under a budget without --fuzz-examples: the budget ends it
 
 
@@ -72,6 +76,8 @@ class WorkerSession:
         self._availability: dict = {}
         self._verdicts: dict = {}
         self._deferred: set = set()               # (case id, route) of failures left to reduce at the end
+        self.batches = parse_batches(opt("--fuzz-batch")) if self.budget is not None else {}
+        self._pending: list = []                  # cases drawn in this item, waiting to run as one program
         self._findings_fail_run = False
         self._route_items: dict = {}             # route -> its fuzz items, as collected
         self._shares: RouteShares | None = None
@@ -132,15 +138,26 @@ class WorkerSession:
         A case seen before (Hypothesis revisits cases while shrinking, and replays the
         failing one) gets its earlier verdict again: no second run, no second record. Under a
         budget, a new case may instead end the item (BudgetSpent), and a failure left to reduce
-        after the drawing is recorded, not raised: the item goes on drawing. A failure in a
-        bucket that another item claimed is recorded and not raised (torchsim_diff.bucket_claims).
+        after the drawing is recorded, not raised: the item goes on drawing; on a route that
+        batches (--fuzz-batch), a case waits for its batch's last case, and None is returned
+        until then. A failure in a bucket that another item claimed is recorded and not raised
+        (torchsim_diff.bucket_claims).
         """
         key = (case.case_id, route)
         verdict = self._verdicts.get(key)
+        if verdict is None and any(c.case_id == case.case_id for c in self._pending):
+            return None             # drawn again before its batch ran
         if verdict is None:
             if self._clock is not None:
                 self._clock.admit()
-            verdict = self._verdicts[key] = self._run(case, route)
+            if self.batches.get(route, 1) > 1:
+                self._pending.append(case)
+                if len(self._pending) < self.batches[route]:
+                    return None     # judged when its batch runs (_run_pending), as are its siblings
+                self._run_pending(route)
+            else:
+                self._record(self.runner.verdict(case, route, cap=self._clock.cap if self._clock else None))
+            verdict = self._verdicts[key]
         if key in self._deferred:
             return verdict          # decided in the closing share (_reduce_then_bucket)
         if not self.is_known(verdict) and verdict.failed and self._raises_here(verdict):
@@ -155,19 +172,26 @@ class WorkerSession:
             self._claims = BucketClaims(os.path.join(self.report_dir, "claims.sqlite"))
         return self._claims.held_by(verdict.bucket, self._item)
 
-    def _run(self, case, route: str):
-        """One route run through the case runner (run.runner); its record is written. The
+    def _run_pending(self, route: str) -> None:
+        """The item's pending cases run as one program (run.batch), each recorded (_record)."""
+        cases, self._pending = self._pending, []
+        if cases:
+            for verdict in self.runner.verdicts(cases, route, cap=self._clock.cap if self._clock else None):
+                self._record(verdict)
+
+    def _record(self, verdict) -> None:
+        """A route run's verdict kept and its record written. The
         runner reduces a failure to tell a known bug. Under a budget it reduces nothing while
         drawing (a failure another one's reduction covers takes it: the same raw failure,
         reduced by any worker of the run); the rest are reduced in the budget's closing share
         (_reduce_then_bucket). A reduction takes seconds to a minute: made while drawing, the
         reductions took a third of a route's drawing time or more."""
-        verdict = self.runner.verdict(case, route, cap=self._clock.cap if self._clock else None)
+        key = (verdict.case.case_id, verdict.route)
+        self._verdicts[key] = verdict
         record = self.runner.record(verdict, reduce_by=time.time() if self._clock else None)
         self.writer.write(record)
         if record.reduce_error == DEFERRED:
-            self._deferred.add((case.case_id, route))
-        return verdict
+            self._deferred.add(key)
 
     def runnable_routes(self) -> list:
         """--routes minus those unavailable here (probed once, in the controller)."""
@@ -294,6 +318,7 @@ class WorkerSession:
 
     def pytest_runtest_teardown(self, item):
         if "fuzz_route" in getattr(item, "fixturenames", ()):
+            self._run_pending(_route_of(item))      # cases drawn before the item's time ran out
             if self._clock is not None:
                 self.shares.end(item.nodeid, time.time() - self._clock.opened)
             self._clock = self._item = None

@@ -31,6 +31,19 @@ from torchsim_diff.campaign.options import BadOption
 LOCK_WAIT_S = 60.0
 
 
+def parse_batches(text: str | None) -> dict:
+    """route -> cases compiled as one program, from "inductor=4,triton=2"; routes not named: 1."""
+    sizes = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        route, _, value = part.partition("=")
+        if not route.strip() or not value.strip().isdigit() or int(value) < 1:
+            raise BadOption(f"{part.strip()!r} is not route=cases with a positive number of cases (e.g. inductor=4)")
+        sizes[route.strip()] = int(value)
+    return sizes
+
+
 def parse_weights(text: str | None) -> dict:
     """route -> weight from "triton-spike=2,inductor=0.5"; routes not named weigh 1."""
     weights = {}

@@ -106,6 +106,7 @@ class Record:
     divergent_kernel: dict | None = None
     dynamic: bool | None = None
     second_size: dict | None = None
+    batch: int | None = None                  # cases compiled as one program with it (run.batch); null: alone
     versions: dict | None = None
     artifacts: str | None = None              # the case's artifact folder
     message: str | None = ""
@@ -385,6 +386,7 @@ FIELD_TYPES = {
                         "an object of per-op figures or null"),
     "second_size": (_maybe(lambda v: isinstance(v, dict)), "an object or null"),
     "dynamic": (_maybe(lambda v: isinstance(v, bool)), "true, false or null"),
+    "batch": (_maybe(lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 1), "a count over 1 or null"),
     "known": (lambda v: isinstance(v, bool), "true or false"),
     "artifacts": (_maybe(_text), "a folder name or null"),
     "reduced_artifacts": (_maybe(_text), "a folder name or null"),

@@ -64,7 +64,7 @@ def check_batch(checker, cases: list, route: str, timeout_s: float | None = None
     storages = [protocol.payload_to_tensor(p) for p in reply.storages]
     verdicts, o, i = [], 0, 0
     share = {k: v / len(cases) for k, v in reply.metrics.items() if k in ("t_compile", "t_run") and v is not None}
-    share["batch"] = len(cases)
+    share.update(batch=len(cases))
     for case in cases:
         n_out, n_in = len(case.outputs), len(case.inputs)
         verdicts.append(_judged(checker, case, route, outputs[o:o + n_out], storages[i:i + n_in], share, timeout_s))

@@ -137,7 +137,7 @@ class Verdict:
             t_case=self.t_case, t_harness=self.t_harness, t_start=metrics.get("t_start"),
             t_diagnose=metrics.get("t_diagnose"), cost=metrics.get("cost"),
             divergent_kernel=metrics.get("divergent_kernel"),
-            dynamic=metrics.get("dynamic"), second_size=metrics.get("second_size"),
+            dynamic=metrics.get("dynamic"), second_size=metrics.get("second_size"), batch=metrics.get("batch"),
             versions=metrics.get("versions"),   # routes that report what they ran (torchsim-*)
             artifacts=self.artifact_dir if self.artifacts else None,
             message=self.message, case=case.to_dict(),

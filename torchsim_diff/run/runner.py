@@ -86,6 +86,13 @@ class CaseRunner:
         self.timeouts.observe(route, verdict.t_case, fresh=fresh, timed_out=verdict.kind == Kind.TIMEOUT)
         return verdict
 
+    def verdicts(self, cases: list, route: str, *, cap=None) -> list:
+        """One verdict per case, as `verdict` gives them; several cases compiled as one program
+        (run.batch: a case's failure is its solo run's)."""
+        if len(cases) == 1:
+            return [self.verdict(cases[0], route, cap=cap)]
+        return self._batch(cases, route, cap)
+
     def record(self, verdict, *, reduce_by: float | None = None) -> Record:
         """The verdict's record: known bug marked, new failure reduced then bucketed, per-op
         figures (measured under the route's steady time limit). reduce_by (time.time()): a
@@ -118,9 +125,10 @@ class CaseRunner:
         one, failures are recorded as found and none of them is known."""
         return self.reducer.refine(verdict, stop_at=reduce_by) if self.reducer else {}
 
-    def _batch(self, cases: list, route: str) -> list:
+    def _batch(self, cases: list, route: str, cap=None) -> list:
         from torchsim_diff.run.batch import check_batch
         limit = self._capped(self.timeouts.limit(route, fresh=not self.checker.worker(route).alive()))
+        limit = cap(limit) if cap is not None else limit
         verdicts = check_batch(self.checker, cases, route, timeout_s=limit)
         for verdict in verdicts:
             self.timeouts.observe(route, verdict.t_case, fresh=False, timed_out=verdict.kind == Kind.TIMEOUT)
