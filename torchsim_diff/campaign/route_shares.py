@@ -33,32 +33,36 @@ LOCK_WAIT_S = 60.0
 
 def parse_batches(text: str | None) -> dict:
     """route -> cases compiled as one program, from "inductor=4,triton=2"; routes not named: 1."""
-    sizes = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        route, _, value = part.partition("=")
-        if not route.strip() or not value.strip().isdigit() or int(value) < 1:
-            raise BadOption(f"{part.strip()!r} is not route=cases with a positive number of cases (e.g. inductor=4)")
-        sizes[route.strip()] = int(value)
-    return sizes
+    return _per_route(text, lambda value: int(value) if value.isdigit() and int(value) >= 1 else None,
+                      "route=cases with a positive number of cases (e.g. inductor=4)")
 
 
 def parse_weights(text: str | None) -> dict:
     """route -> weight from "triton-spike=2,inductor=0.5"; routes not named weigh 1."""
-    weights = {}
+    return _per_route(text, _positive_number, "route=weight with a positive weight (e.g. triton-spike=2)")
+
+
+def _positive_number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 < value < float("inf") else None
+
+
+def _per_route(text: str | None, value_of, form: str) -> dict:
+    """route -> value_of(what follows its '=') from "a=1,b=2"; a part that is no route=value
+    (value_of gives None) is a BadOption that names it and `form`."""
+    found = {}
     for part in (text or "").split(","):
         if not part.strip():
             continue
         route, _, value = part.partition("=")
-        try:
-            weight = float(value)
-        except ValueError:
-            weight = -1.0
-        if not route.strip() or not weight > 0 or weight == float("inf"):
-            raise BadOption(f"{part.strip()!r} is not route=weight with a positive weight (e.g. triton-spike=2)")
-        weights[route.strip()] = weight
-    return weights
+        parsed = value_of(value.strip())
+        if not route.strip() or parsed is None:
+            raise BadOption(f"{part.strip()!r} is not {form}")
+        found[route.strip()] = parsed
+    return found
 
 
 class RouteShares:
