@@ -180,10 +180,10 @@ class WorkerSession:
                 self._record(verdict)
 
     def _record(self, verdict) -> None:
-        """A route run's verdict kept and its record written. The
-        runner reduces a failure to tell a known bug. Under a budget it reduces nothing while
-        drawing (a failure another one's reduction covers takes it: the same raw failure,
-        reduced by any worker of the run); the rest are reduced in the budget's closing share
+        """A route run's verdict kept and its record written. The runner reduces a failure to
+        tell a known bug. Under a budget it reduces nothing while drawing (a failure another
+        one's reduction covers takes it: the same raw failure, reduced by any worker of the run
+        or an earlier run); the rest are reduced in the budget's closing share
         (_reduce_then_bucket). A reduction takes seconds to a minute: made while drawing, the
         reductions took a third of a route's drawing time or more."""
         key = (verdict.case.case_id, verdict.route)
