@@ -57,6 +57,24 @@ def test_an_element_is_idle_when_either_ordinary_value_keeps_the_failure():
     assert case_edits._materialize(kept, 0).tolist() == [0.5]
 
 
+def test_a_negative_special_value_made_ordinary_keeps_its_sign():
+    """-tiny // inf is -1 in Python's floor division, 1.0 // inf is 0: a negative subnormal made
+    1.0 hid a floor division's sign bug, so the subnormal was kept and named its trigger, and a
+    known bug (a negative dividend by inf) came back NEW."""
+    case = _case_with([[-1.1e-38], [float("inf")]], [{"id": "v0", "op": "floor_divide", "args": ["x0", "x1"],
+                                                      "attrs": {}}], ["v0"])
+
+    def fails(candidate):       # a negative dividend of any size, by inf
+        return bool((case_edits._materialize(candidate, 0) < 0).all() and torch.isinf(case_edits._materialize(candidate, 1)).all())
+
+    kept = trigger_ablations.needed_specials(case, fails)
+    assert [c for _k, _e, c in trigger_ablations.special_elements(kept)] == ["inf"]     # the subnormal was idle
+    assert case_edits._materialize(kept, 0).tolist() == [-1.0]
+    ablated = dict(trigger_ablations.value_ablations(case))
+    assert [case_edits._materialize(c, 0).tolist() for c in ablated["subnormal"]] == [[-1.0]]
+    assert all(fails(c) for c in ablated["subnormal"])       # so the ablation does not name it
+
+
 def _refined(checker, case, route=TWO_BUGS):
     verdict = checker.check(case, route)
     assert verdict.failed, verdict.message

@@ -45,7 +45,9 @@ def _single_ablations(case: Case):
 # A special value's elements (NaN, Inf, subnormal) are replaced by the first of these ordinary
 # values (inside every value domain) that no other element of the view holds: replaced by a
 # value its neighbours hold, a subnormal in a view of ones would hide a roll or a permutation
-# that moved it, and be named the trigger. Negative values are shifted up to PLAIN_VALUE.
+# that moved it, and be named the trigger. A negative one keeps its sign (_signed): -tiny // inf
+# is -1 in Python's floor division, 1.0 // inf is 0, so a subnormal made 1.0 was named the
+# trigger of a floor division's sign bug. Negative values are shifted up to PLAIN_VALUE.
 PLAIN_VALUES = (1.0, 0.5, 0.75, 0.625, 0.875)
 PLAIN_VALUE = PLAIN_VALUES[0]
 
@@ -75,10 +77,16 @@ def _without(value_class: str, where: torch.Tensor, view: torch.Tensor) -> list:
     values made their magnitude (magnitudes kept), and every finite value shifted up by the
     same amount (their order kept: what an argmax, a sort or a max reads)."""
     if value_class != "negative":
-        return [torch.where(where, torch.tensor(_plain_value(view, where), dtype=view.dtype), view)]
+        return [torch.where(where, _signed(_plain_value(view, where), view), view)]
     finite = torch.isfinite(view)
     shift = PLAIN_VALUE - view[finite].double().min().item()
     return [torch.where(where, view.abs(), view), torch.where(finite, (view.double() + shift).to(view.dtype), view)]
+
+
+def _signed(plain: float, values: torch.Tensor) -> torch.Tensor:
+    """`plain` where `values` are not below 0, -plain where they are (a NaN counts as positive),
+    in their dtype: an ordinary value in a special value's place, with its sign."""
+    return torch.where(values < 0, -plain, plain).to(values.dtype)
 
 
 def _plain_value(view: torch.Tensor, where: torch.Tensor) -> float:
@@ -139,7 +147,8 @@ def without_elements(case: Case, elements: list, choice: int = 0) -> Case | None
             if name in SPECIAL_CLASSES:
                 special |= mask.reshape(-1)
         flat = view.reshape(-1).clone()
-        flat[[e for j, e, _c in elements if j == k]] = _plain_values(flat, special)[choice]
+        chosen = [e for j, e, _c in elements if j == k]
+        flat[chosen] = _signed(_plain_values(flat, special)[choice], flat[chosen])
         current = _with_values(current, k, flat.reshape(view.shape))
         if current is None:
             return None
@@ -184,7 +193,7 @@ def ordinary_variants(case: Case) -> list:
             odd = (flat == 0) | ~torch.isfinite(flat) | (flat.abs() < torch.finfo(flat.dtype).tiny)
             if not bool(odd.any()):
                 continue
-            flat[odd] = _plain_values(flat, odd)[choice]
+            flat[odd] = _signed(_plain_values(flat, odd)[choice], flat[odd])
             current = _with_values(current, k, flat.reshape(spec["shape"]))
             changed = True
             if current is None:
