@@ -142,3 +142,17 @@ def test_html_page_has_error_distribution_plots():
 def test_unknown_format_is_refused():
     with pytest.raises(ValueError, match="format='pdf'"):
         tables.render([], "pdf")
+
+
+def test_failures_left_unreduced_are_listed_once_per_raw_bucket_with_every_case_kept(tmp_path):
+    from torchsim_diff.results.record import DEFERRED
+    left = [_record("mlir", "fail", ["fmod"], kind="crash", bucket="raw-crash", case_id=f"m{i}") for i in range(3)]
+    left.append(_record("mlir", "fail", ["clamp"], kind="wrong_values", bucket="raw-values", case_id="v"))
+    left = [r.with_fields(reduce_error=DEFERRED) for r in left]
+    lines = tables.unreduced_lines(left + RECORDS, str(tmp_path))
+    assert lines[0].startswith("Not reduced by the budget's end (4 in 2 raw bucket(s)")
+    assert lines[1:] == [
+        f"  mlir: crash in fmod (3 cases): torchsim-diff reduce {tmp_path / 'unreduced' / 'mlir-m0.json'} --route mlir",
+        f"  mlir: wrong_values in clamp: torchsim-diff reduce {tmp_path / 'unreduced' / 'mlir-v.json'} --route mlir"]
+    assert sorted(p.name for p in (tmp_path / "unreduced").iterdir()) == ["mlir-m0.json", "mlir-m1.json",
+                                                                       "mlir-m2.json", "mlir-v.json"]

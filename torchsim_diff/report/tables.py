@@ -399,20 +399,26 @@ UNREDUCED_DIR = "unreduced"          # in the run folder: the cases of failures 
 def unreduced_lines(records, run_dir: str) -> list:
     """The failures the budget left unreduced (Record.unreduced), listed apart from the
     buckets (their raw bucket says nothing of the cause), each case written to
-    RUN/unreduced/ with the command that reduces it."""
+    RUN/unreduced/. One line per raw bucket (route, kind, op and message shape alike), with
+    the command that reduces its first case: a long run leaves many failures of a few kinds."""
     unreduced = [r for r in records if r.unreduced and r.case]
     if not unreduced:
         return []
     folder = os.path.join(run_dir, UNREDUCED_DIR)
     os.makedirs(folder, exist_ok=True)
-    lines = [f"Not reduced by the budget's end ({len(unreduced)}), so neither NEW nor known; "
-             f"a longer --fuzz-budget reduces them, or one at a time:"]
+    kinds: dict = {}
     for record in unreduced:
         path = os.path.join(folder, re.sub(r"[^\w.-]+", "_", f"{record.route}-{record.case_id}") + ".json")
         with open(path, "w", encoding="utf-8") as handle:
             json.dump(record.case, handle, indent=1)
+        kinds.setdefault((record.route, record.bucket or (record.kind, record.op)), []).append((record, path))
+    lines = [f"Not reduced by the budget's end ({len(unreduced)} in {len(kinds)} raw bucket(s), cases in {folder}), "
+             f"so neither NEW nor known; a longer --fuzz-budget reduces them, or the first of each kind:"]
+    for found in kinds.values():
+        record, path = found[0]
         what = f"{record.kind} in {record.op}" if record.op else record.kind
-        lines.append(f"  {record.route}: {what}: torchsim-diff reduce {path} --route {record.route}")
+        times = f" ({len(found)} cases)" if len(found) > 1 else ""
+        lines.append(f"  {record.route}: {what}{times}: torchsim-diff reduce {path} --route {record.route}")
     return lines
 
 
