@@ -59,7 +59,7 @@ def _run_slice(cases: list, route: str, batch: int) -> dict:
     batched, t_batch = _timed(lambda ch: [v for k in range(0, len(cases), batch)
                                           for v in check_batch(ch, cases[k:k + batch], route)], route)
     return {"solo": [_verdict(v) for v in solo], "batched": [_verdict(v) for v in batched],
-            "t_solo": t_solo, "t_batch": t_batch, "from_batch": sum(1 for v in batched if v.metrics.get("batch"))}
+            "t_solo": t_solo, "t_batch": t_batch, "from_batch": sum(1 for v in batched if v.metrics.batch)}
 
 
 def _verdict(v) -> tuple:

@@ -24,8 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from torchsim_diff.routes import make_route  # noqa: E402
 from torchsim_diff.routes.base import RouteFailure, RunContext  # noqa: E402
 
-STAGES = ("t_export", "t_import", "t_lowering", "t_jit", "t_translation", "t_cc", "t_link",
-          "t_kernel", "t_spike")
+STAGES = ("export", "import", "lowering", "jit", "translation", "cc", "link", "kernel", "spike")
 
 
 def programs(generator: torch.Generator) -> list:
@@ -56,7 +55,7 @@ def one_case(route, program, inputs) -> dict:
         compiled([t.clone() for t in inputs], ctx)
         finished = time.perf_counter()
     return {"total": finished - started, "compile": compiled_at - started, "run": finished - compiled_at,
-            **{k: v for k, v in ctx.metrics.items() if k in STAGES}}
+            **{k: v for k, v in ctx.metrics.stage_s.items() if k in STAGES}}
 
 
 def bench_route(name: str, repeats: int) -> list:
@@ -89,7 +88,7 @@ def report(name: str, rows: list) -> None:
         values = [row[stage] for row in rows if stage in row]
         if values:
             share = statistics.median(values) / median["total"] * 100
-            print(f"  {stage[2:]:<12} median {statistics.median(values):.4f} s  ({share:4.1f}% of a case)")
+            print(f"  {stage:<12} median {statistics.median(values):.4f} s  ({share:4.1f}% of a case)")
 
 
 def main(argv=None) -> int:

@@ -71,8 +71,8 @@ def run_case(route, source, case):
     compiled(layout.materialize_all(case), ctx)
     end = time.perf_counter()
     return {"t_compile": compiled_at - start, "t_run": end - compiled_at, "t_case": end - start,
-            "t_kernels": ctx.metrics.get("t_kernels", 0.0) + ctx.metrics.get("t_kernels_compile", 0.0),
-            "launches": ctx.metrics.get("kernel_launches", 0)}
+            "t_kernels": ctx.metrics.stage_s.get("kernels", 0.0) + ctx.metrics.stage_s.get("kernels_compile", 0.0),
+            "launches": ctx.metrics.kernel_launches or 0}
 
 
 def main(argv=None):

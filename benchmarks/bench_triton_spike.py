@@ -28,7 +28,7 @@ from tabulate import tabulate  # noqa: E402
 from torchsim_diff.routes import make_route  # noqa: E402
 from torchsim_diff.routes.base import RouteFailure  # noqa: E402
 
-STAGES = ("ttir", "adapter", "mlir_opt", "translate", "clang", "link", "spike")
+STAGES = ("ttir", "adapter", "mlir-opt", "translate", "clang", "link", "spike")
 
 
 class MetricsTap:
@@ -51,7 +51,7 @@ class MetricsTap:
                 continue
             seen.add(id(ctx.metrics))
             for stage in STAGES:
-                totals[stage] += ctx.metrics.get(f"t_{stage}", 0.0)
+                totals[stage] += ctx.metrics.stage_s.get(stage, 0.0)
         self.contexts = []
         return totals
 

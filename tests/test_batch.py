@@ -36,7 +36,7 @@ def test_passes_come_from_the_batch_with_the_solo_verdicts(cases, tmp_path):
         solo = [checker.check(c, "eager") for c in cases]
         batched = check_batch(checker, cases, "eager")
     assert _verdicts(batched) == _verdicts(solo)
-    assert all(v.metrics.get("batch") == len(cases) for v in batched)
+    assert all(v.metrics.batch == len(cases) for v in batched)
 
 
 @pytest.mark.slow
@@ -45,7 +45,7 @@ def test_a_case_failing_in_its_batch_gets_its_solo_verdict(cases, tmp_path, doub
     with Checker(out_dir=str(tmp_path)) as checker:
         solo = checker.check(cases[0], "double-wrong-element")
         batched = check_batch(checker, cases, "double-wrong-element")
-    assert solo.failed and "batch" not in batched[0].metrics
+    assert solo.failed and batched[0].metrics.batch is None
     assert _verdicts(batched[:1]) == _verdicts([solo])
 
 
@@ -59,7 +59,7 @@ def test_a_batch_that_does_not_compile_is_rerun_case_by_case(cases, tmp_path, do
         batched = check_batch(checker, batch, "double-wrong-unless-exp")
     assert solo[-1].kind.value == "compile_error"
     assert _verdicts(batched) == _verdicts(solo)
-    assert not any("batch" in v.metrics for v in batched)
+    assert not any(v.metrics.batch for v in batched)
 
 
 @pytest.mark.slow

@@ -228,13 +228,13 @@ def test_required_fields_are_what_the_tables_rely_on():
 # -- one module reads records by string key ------------------------------------------------------
 # Receivers that name other JSON shapes whose keys share names with record fields: a case and
 # its parts (nodes, inputs, domains, value settings, views), kernel captures and Triton's
-# metadata, the worker protocol (its messages and replies, hello and route metrics), route options, rows
+# metadata, the worker protocol (its messages and replies, hello), route options, rows
 # (of the tables, of the bucket history's SQLite table and of its legacy JSON), and TOGSim's
 # check verdicts. A read on a call's
 # result (`settings(options)["dynamic"]`) is not caught.
 NOT_RECORDS = {"node", "n", "data", "spec", "domain", "values", "vals", "view", "value", "lay", "i",
                "a", "arg", "meta", "triton_meta", "request", "launch",
-               "message", "reply", "hello", "metrics",
+               "message", "reply", "hello",
                "chosen", "row", "verdict", "fed_input", "told"}
 READS_BY_KEY = re.compile(r'(\w+|\)|\])?(?:\[|\.get\()\s*["\'](' + "|".join(LINE_FIELDS) + r')["\']')
 

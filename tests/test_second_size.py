@@ -130,15 +130,16 @@ def test_freezing_folds_the_inputs_never_mutated_into_the_compiled_code():
 
 @pytest.mark.parametrize("second_status", [Status.PASS, Status.FAIL])
 def test_the_second_run_is_route_time_not_harness_time(second_status):
-    from torchsim_diff.run.checker import NOT_HARNESS_TIMES, Verdict
-    first = Verdict(_matmul_case(), "r", Status.PASS, metrics={"t_compile": 1.0, "t_run": 0.5, "t_start": 0.0})
+    from torchsim_diff.results.run_metrics import NOT_HARNESS_TIMES, RunMetrics
+    from torchsim_diff.run.checker import Verdict
+    first = Verdict(_matmul_case(), "r", Status.PASS, metrics=RunMetrics(t_compile=1.0, t_run=0.5, t_start=0.0))
 
     def check(case, route, timeout_s):
         kind = Kind.WRONG_VALUES if second_status == Status.FAIL else None
-        return Verdict(case, route, second_status, kind, message="m", metrics={"t_compile": 2.0, "t_run": 0.25})
+        return Verdict(case, route, second_status, kind, message="m", metrics=RunMetrics(t_compile=2.0, t_run=0.25))
 
     verdict = second_size.replay(check, first, None, NOT_HARNESS_TIMES)
     verdict.t_case = 4.0
     assert verdict.status == second_status
-    assert (verdict.metrics["t_compile"], verdict.metrics["t_run"]) == (3.0, 0.75)
+    assert (verdict.metrics.t_compile, verdict.metrics.t_run) == (3.0, 0.75)
     assert verdict.t_harness == pytest.approx(0.25)

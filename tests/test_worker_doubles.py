@@ -71,7 +71,7 @@ def test_hang_is_a_timeout_and_the_run_goes_on(tmp_path, double_routes, add_case
         checker.check(with_seed(add_case, 2), "double-hang")           # warm the worker
         hung = checker.check(with_seed(add_case, 1), "double-hang")
         assert hung.kind == Kind.TIMEOUT and "within 3 s" in hung.message
-        assert hung.metrics["t_run"] >= 3 > hung.t_harness     # the wait was the route's time
+        assert hung.metrics.t_run >= 3 > hung.t_harness     # the wait was the route's time
         assert checker.check(with_seed(add_case, 4), "double-hang").status == Status.PASS
 
 
@@ -142,15 +142,15 @@ def test_run_to_run_differences_are_nondeterministic(tmp_path, double_routes, ad
 def test_starting_the_worker_is_start_up_time_not_harness_time(checker, add_case):
     first = checker.check(add_case, "eager")
     second = checker.check(with_seed(add_case, 2), "eager")
-    assert first.metrics["t_start"] > 0.2 > second.metrics["t_start"]      # a Python with torch starts in > 0.2 s
-    assert first.t_harness < first.t_case - first.metrics["t_start"] + 1e-9
-    assert first.record().t_start == first.metrics["t_start"]
+    assert first.metrics.t_start > 0.2 > second.metrics.t_start      # a Python with torch starts in > 0.2 s
+    assert first.t_harness < first.t_case - first.metrics.t_start + 1e-9
+    assert first.record().t_start == first.metrics.t_start
 
 
 def test_localising_a_failure_is_diagnosis_time_not_harness_time(checker, add_case):
     verdict = checker.check(add_case, "double-wrong-element")
-    assert verdict.kind == Kind.WRONG_VALUES and verdict.metrics["t_diagnose"] >= 0.0
-    inside = sum(verdict.metrics.get(k) or 0.0 for k in ("t_compile", "t_run", "t_start", "t_diagnose"))
+    assert verdict.kind == Kind.WRONG_VALUES and verdict.metrics.t_diagnose >= 0.0
+    inside = sum(getattr(verdict.metrics, k) or 0.0 for k in ("t_compile", "t_run", "t_start", "t_diagnose"))
     assert verdict.t_harness == pytest.approx(max(verdict.t_case - inside, 0.0))
 
 
@@ -160,14 +160,14 @@ def test_a_failure_is_localised_once_per_bucket_in_a_run_and_never_for_a_known_b
     with Checker(out_dir=str(tmp_path / "fresh"), timeout_s=20) as checker:
         verdicts = [checker.check(case, "double-wrong-element") for case in (first, again)]
     assert verdicts[0].bucket == verdicts[1].bucket
-    assert [v.metrics.get("t_diagnose") is not None for v in verdicts] == [True, False]
+    assert [v.metrics.t_diagnose is not None for v in verdicts] == [True, False]
     # another worker of the same run (same report folder) leaves it to the first
     with Checker(out_dir=str(tmp_path / "fresh"), timeout_s=20, tag="gw1") as other:
-        assert other.check(first, "double-wrong-element").metrics.get("t_diagnose") is None
+        assert other.check(first, "double-wrong-element").metrics.t_diagnose is None
     with Checker(out_dir=str(tmp_path / "another-run"), timeout_s=20, tag="gw1") as other:
-        assert other.check(first, "double-wrong-element").metrics.get("t_diagnose") is not None
+        assert other.check(first, "double-wrong-element").metrics.t_diagnose is not None
     with Checker(out_dir=str(tmp_path / "known"), timeout_s=20, known_buckets={verdicts[0].bucket}) as checker:
-        assert checker.check(first, "double-wrong-element").metrics.get("t_diagnose") is None
+        assert checker.check(first, "double-wrong-element").metrics.t_diagnose is None
 
 
 def test_workers_of_one_run_keep_their_artifacts_apart(tmp_path, double_routes, add_case):

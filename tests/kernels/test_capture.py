@@ -35,7 +35,7 @@ def graph_input_args(launch, index):
 def test_every_launch_is_captured_in_order(run):
     index = json.load(open(os.path.join(run.artifact_dir, "kernels", "index.json")))
     assert index["launches"] == run.kernels()
-    assert len(index["launches"]) == run.ctx.metrics["kernel_launches"]
+    assert len(index["launches"]) == run.ctx.metrics.kernel_launches
 
 
 def test_graph_input_buffer_holds_the_input_storage_before_the_launch(run):

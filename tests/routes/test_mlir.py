@@ -18,6 +18,7 @@ from tests.routes.helpers import (
 )
 from torchsim_diff.case import layout
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.routes import make_route
 from torchsim_diff.routes.base import RouteFailure, RunContext, Unsupported
 
@@ -106,7 +107,7 @@ def test_a_lowering_that_returns_results_instead_of_out_parameters_is_refused(mo
                                                     "buffer-results-to-out-params")
     monkeypatch.setattr(lowering, "LINALG_TO_LLVM", pipeline)
     with pytest.raises(RouteFailure) as failure:
-        lowering.lower_program(lambda x0: (x0.t() + 1.0,), [torch.ones(2, 3)], {})
+        lowering.lower_program(lambda x0: (x0.t() + 1.0,), [torch.ones(2, 3)], RunMetrics())
     assert (failure.value.kind, failure.value.stage) == (Kind.TOOL_ERROR, "lowering")
     assert "returns a value" in failure.value.message
 

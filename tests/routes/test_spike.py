@@ -42,7 +42,7 @@ def test_two_vector_lengths_both_match_eager(tmp_path):
                 run_route(route, add_then_row_sums, case, tmp_path / str(vlen)):
             assert_same_as_eager(outputs[:1], route_inputs, eager_outputs[:1], eager_inputs)
             torch.testing.assert_close(outputs[1], eager_outputs[1])
-            measured[vlen] = (ctx.metrics["vlen"], ctx.metrics["cost"])
+            measured[vlen] = (ctx.metrics.vlen, ctx.metrics.cost)
     assert measured[128][0] == 128 and measured[1024][0] == 1024
     assert measured[128][1] != measured[1024][1], "the same instruction count suggests no vector code ran"
 

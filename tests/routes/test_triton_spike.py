@@ -113,7 +113,7 @@ def test_inductor_pointwise_kernel_replays_bit_exact_in_the_interpreter(route):
     assert run.matches_eager()
     report = replay_artifact(run.artifact_dir, executor="interpreter", in_child=True)  # as check.py does
     assert report.ok and all(launch.exact for launch in report.launches), report.summary()
-    assert run.ctx.metrics["cost"] == sum(run.ctx.metrics["instret_per_launch"]) > 0
+    assert run.ctx.metrics.cost == sum(run.ctx.metrics.cost_per_launch) > 0
     for name in ("kernel.ttir", "kernel.fixed.ttir", "kernel.adapter.mlir", "kernel.linalg.mlir", "kernel.ll"):
         assert any(name in files for _, _, files in os.walk(os.path.join(run.artifact_dir, "triton-spike")))
 
@@ -142,15 +142,15 @@ def test_float_predicates_run_on_spike_and_match_eager(route):
     flags = run.eager_outputs[0].long()
     assert all(((flags & bit) != 0).any() and ((flags & bit) == 0).any() for bit in (1, 2, 4))
     assert run.matches_eager()
-    assert run.ctx.metrics["cost"] > 0
+    assert run.ctx.metrics.cost > 0
 
 
 def test_elf_is_built_once_per_kernel_specialisation(route):
     run = CaseRun(route, POINTWISE, make_case(tensor_spec("x0", [24, 16])))
-    assert "t_clang" in run.ctx.metrics            # the compiling run built the ELF ...
+    assert "clang" in run.ctx.metrics.stage_s            # the compiling run built the ELF ...
     before = len(route.spike_launcher._builds)
     again = CaseRun(route, POINTWISE, make_case(tensor_spec("x0", [24, 16]), seed=99))
-    assert len(route.spike_launcher._builds) == before and "t_clang" not in again.ctx.metrics  # ... and only it
+    assert len(route.spike_launcher._builds) == before and "clang" not in again.ctx.metrics.stage_s  # ... and only it
 
 
 def test_a_launch_on_the_same_bytes_runs_on_spike_once_per_case(route):
@@ -159,7 +159,7 @@ def test_a_launch_on_the_same_bytes_runs_on_spike_once_per_case(route):
     assert run.matches_eager()
     runs, reused = route.spike_launcher._runs - before[0], route.spike_launcher.reused - before[1]
     # the compiling run ran it; the checked run reused that answer (and still recorded its cost)
-    assert runs == reused == run.ctx.metrics["kernel_launches"] == len(run.ctx.metrics["instret_per_launch"]) == 1
+    assert runs == reused == run.ctx.metrics.kernel_launches == len(run.ctx.metrics.cost_per_launch) == 1
 
 
 # ---- parts the chain cannot take run on the host; the rest still runs on Spike --------------
@@ -174,8 +174,8 @@ CUMSUM_AND_POINTWISE = ("import torch\ndef program(x0, x1):\n"
 def test_a_part_the_chain_cannot_take_runs_on_the_host_and_the_rest_on_spike(route, source, host_part):
     run = CaseRun(route, source, make_case(tensor_spec("x0", [6, 20]), tensor_spec("x1", [5, 7])))
     assert run.matches_eager()
-    assert any(host_part in part for part in run.ctx.metrics["host_parts"]), run.ctx.metrics.get("host_parts")
-    assert run.ctx.metrics["cost"] > 0   # the other kernels ran on Spike (check.py makes the case unsupported)
+    assert any(host_part in part for part in run.ctx.metrics.host_parts), run.ctx.metrics.host_parts
+    assert run.ctx.metrics.cost > 0   # the other kernels ran on Spike (check.py makes the case unsupported)
 
 
 def test_a_case_with_nothing_on_spike_is_unsupported(route):
@@ -228,8 +228,8 @@ def test_vlen_option_reaches_spike_and_changes_the_cost_not_the_values(route):
     for vlen in (128, 512):
         wide = spike_route({"vlen": vlen}, share_with=route)
         run = CaseRun(wide, POINTWISE, make_case(tensor_spec("x0", [40, 30])))
-        assert run.matches_eager() and run.ctx.metrics["vlen"] == vlen
-        costs[vlen] = run.ctx.metrics["cost"]
+        assert run.matches_eager() and run.ctx.metrics.vlen == vlen
+        costs[vlen] = run.ctx.metrics.cost
     assert costs[128] != costs[512]
 
 

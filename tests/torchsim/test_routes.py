@@ -65,7 +65,7 @@ def test_timing_reports_togsim_cycles_as_cost(route_name, tmp_path):
     with Checker(out_dir=str(tmp_path), timeout_s=3600, route_options={route_name: {"timing": "1"}}) as checker:
         verdict = checker.check(Case.from_dict(ADD), route_name)
     assert verdict.status == Status.PASS, verdict.message
-    assert isinstance(verdict.metrics.get("cost"), int) and verdict.metrics["cost"] > 0
+    assert isinstance(verdict.metrics.cost, int) and verdict.metrics.cost > 0
 
 
 # -- the driver on Inductor's CPU backend ---------------------------------------------------

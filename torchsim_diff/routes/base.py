@@ -20,6 +20,7 @@ import sys
 from typing import Any, Callable, Sequence
 
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.run_metrics import RunMetrics
 
 # Seconds a case may take before its worker is killed and the case is a `timeout`: the one
 # default every front end (CLI, pytest plugin, campaigns, reducer) shares. Routes that run
@@ -97,13 +98,14 @@ class RunContext:
 
     artifact_dir: empty folder for this case's files (kernel sources, IR, logs); the
         harness keeps it for failing cases and removes it for passing ones.
-    metrics: the route adds its own figures here (e.g. "cost": instructions retired).
+    metrics: the route adds its own figures here (results.run_metrics.RunMetrics: its stages'
+        seconds, its cost, what ran on the host).
     options: route options from the command line (e.g. {"isa": "rv64gcv", "vlen": 256}).
     """
 
     artifact_dir: str
     case: dict
-    metrics: dict = dataclasses.field(default_factory=dict)
+    metrics: RunMetrics = dataclasses.field(default_factory=RunMetrics)
     options: dict = dataclasses.field(default_factory=dict)
 
     def artifact(self, name: str) -> str:

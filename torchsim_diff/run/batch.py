@@ -24,6 +24,7 @@ from torchsim_diff.case import layout, values
 from torchsim_diff.judge import oracle
 from torchsim_diff.case.graph import Case
 from torchsim_diff.results.kinds import Status
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.worker import protocol
 
 
@@ -63,15 +64,15 @@ def check_batch(checker, cases: list, route: str, timeout_s: float | None = None
     outputs = [protocol.payload_to_tensor(p) for p in reply.outputs]
     storages = [protocol.payload_to_tensor(p) for p in reply.storages]
     verdicts, o, i = [], 0, 0
-    share = {k: v / len(cases) for k, v in reply.metrics.items() if k in ("t_compile", "t_run") and v is not None}
-    share.update(batch=len(cases))
+    share = RunMetrics(t_compile=_each(reply.metrics.t_compile, len(cases)), t_run=_each(reply.metrics.t_run, len(cases)),
+                       batch=len(cases))
     for case in cases:
         n_out, n_in = len(case.outputs), len(case.inputs)
         verdicts.append(_judged(checker, case, route, outputs[o:o + n_out], storages[i:i + n_in], share, timeout_s))
         o, i = o + n_out, i + n_in
     each = (time.perf_counter() - t0) / len(cases)
     for verdict in verdicts:
-        if verdict.metrics.get("batch"):
+        if verdict.metrics.batch:
             verdict.t_case = each
     return verdicts
 
@@ -100,4 +101,8 @@ def _judged(checker, case, route: str, outputs, storages, share: dict, timeout_s
         mismatch, stats = True, None
     if mismatch is not None:
         return checker.check(case, route, timeout_s)
-    return Verdict(case, route, Status.PASS, stats=stats, metrics=dict(share))
+    return Verdict(case, route, Status.PASS, stats=stats, metrics=share.copy())
+
+
+def _each(seconds: float | None, cases: int) -> float | None:
+    return None if seconds is None else seconds / cases

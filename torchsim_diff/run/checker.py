@@ -24,6 +24,7 @@ from torchsim_diff.bucket_claims import BucketClaims
 from torchsim_diff.case.graph import Case
 from torchsim_diff.results.kinds import Kind, Status
 from torchsim_diff.results.record import ABANDONED, Record
+from torchsim_diff.results.run_metrics import NOT_HARNESS_TIMES, RunMetrics
 from torchsim_diff.case.program_check import load_program
 from torchsim_diff.routes import route_class
 from torchsim_diff.run.background_delete import BackgroundDelete
@@ -32,24 +33,23 @@ from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
 # Seconds of a case that are not the harness's per-case overhead: the route compiling and
 # running it, starting its worker (once, or after a crash), and localising a failure.
-NOT_HARNESS_TIMES = ("t_compile", "t_run", "t_start", "t_diagnose")
 DEFAULT_TAG = "0"       # a checker alone in its out_dir; a run's xdist workers are tagged by name
 
 
-def _localise(artifact_dir: str) -> dict:
+def _localise(artifact_dir: str) -> dict | None:
     """The first captured kernel whose replay disagrees with what the route computed, when
     the route captured its kernel launches (see torchsim_diff.kernels)."""
     if not os.path.isdir(artifact_dir):
-        return {}
+        return None
     from torchsim_diff.kernels.capture import CaptureFormatError
     from torchsim_diff.routes.triton.localise import first_divergent_kernel
     try:
         found = first_divergent_kernel(artifact_dir, in_child=True)   # keeps interpreter shims out of here
     except (CaptureFormatError, OSError):
-        return {}
+        return None
     if not found:
-        return {}
-    return {"divergent_kernel": {k: found.get(k) for k in ("launch", "kernel_name", "folder", "summary")}}
+        return None
+    return {k: found.get(k) for k in ("launch", "kernel_name", "folder", "summary")}
 
 
 def _reference_failure(case: Case, route: str, exc: Exception, artifact_dir: str) -> "Verdict":
@@ -69,13 +69,13 @@ def _tool_error(case: Case, route: str, stage: str, exc: Exception, artifact_dir
                    artifacts=files)
 
 
-def _killed(verdict: "Verdict", metrics: dict) -> "Verdict":
+def _killed(verdict: "Verdict", metrics: RunMetrics) -> "Verdict":
     """A case whose first worker was killed from outside and which then did nothing wrong on a
     fresh one (RouteWorker.collect): the death was nobody's bug in the route. Recorded as
     `tool_error`, skipped (so with no bucket, no reduction, no failure), never as a crash."""
-    where = "while it started" if metrics.get("killed_at") == "start" else "while it ran the case"
-    return Verdict(verdict.case, verdict.route, Status.SKIPPED, Kind.TOOL_ERROR, metrics.get("killed_at"),
-                   f"worker killed by {metrics['killed_by']} from outside {where}; the case ran again on a fresh "
+    where = "while it started" if metrics.killed_at == "start" else "while it ran the case"
+    return Verdict(verdict.case, verdict.route, Status.SKIPPED, Kind.TOOL_ERROR, metrics.killed_at,
+                   f"worker killed by {metrics.killed_by} from outside {where}; the case ran again on a fresh "
                    f"worker and {'passed' if verdict.status == Status.PASS else 'was ' + verdict.status.value}, so "
                    f"the death was not the case's doing: not a compiler finding", stats=verdict.stats, metrics=metrics)
 
@@ -91,7 +91,7 @@ class Verdict:
     op: str | None = None
     where: comparison.Where | None = None
     stats: comparison.Stats = dataclasses.field(default_factory=comparison.Stats)
-    metrics: dict = dataclasses.field(default_factory=dict)
+    metrics: RunMetrics = dataclasses.field(default_factory=RunMetrics)
     artifact_dir: str | None = None
     artifacts: list = dataclasses.field(default_factory=list)
     t_case: float = 0.0
@@ -118,7 +118,7 @@ class Verdict:
     def t_harness(self) -> float:
         """What the harness added to this case: generation aside, the reference, transport and
         judging (start-up and a failure's localisation are `t_start` and `t_diagnose`)."""
-        return max(self.t_case - sum(self.metrics.get(k) or 0.0 for k in NOT_HARNESS_TIMES), 0.0)
+        return max(self.t_case - self.metrics.outside_harness_s(), 0.0)
 
     def record(self) -> Record:
         """The results.jsonl record (docs/design.md, "results.jsonl"; results.record)."""
@@ -133,12 +133,11 @@ class Verdict:
             carried_by_op={op: oracle.finite_or_none(u) for op, u in s.carried_by_op.items()},
             err_ratio=oracle.finite_or_none(s.err_ratio),
             atol_needed=oracle.finite_or_none(s.atol_needed), rtol_needed=oracle.finite_or_none(s.rtol_needed),
-            t_compile=metrics.get("t_compile"), t_run=metrics.get("t_run"),
-            t_case=self.t_case, t_harness=self.t_harness, t_start=metrics.get("t_start"),
-            t_diagnose=metrics.get("t_diagnose"), cost=metrics.get("cost"),
-            divergent_kernel=metrics.get("divergent_kernel"),
-            dynamic=metrics.get("dynamic"), second_size=metrics.get("second_size"), batch=metrics.get("batch"),
-            versions=metrics.get("versions"),   # routes that report what they ran (torchsim-*)
+            t_compile=metrics.t_compile, t_run=metrics.t_run,
+            t_case=self.t_case, t_harness=self.t_harness, t_start=metrics.t_start,
+            t_diagnose=metrics.t_diagnose, cost=metrics.cost, divergent_kernel=metrics.divergent_kernel,
+            dynamic=metrics.dynamic, second_size=metrics.second_size, batch=metrics.batch,
+            versions=metrics.versions,   # routes that report what they ran (torchsim-*)
             artifacts=self.artifact_dir if self.artifacts else None,
             message=self.message, case=case.to_dict(),
         )
@@ -248,7 +247,7 @@ class Checker:
         verdict = self._check(case, route, timeout_s)
         if verdict.status == Status.PASS and second_size.wanted(route, options, case):
             verdict = second_size.replay(self._check, verdict, timeout_s, NOT_HARNESS_TIMES)
-        verdict.metrics["dynamic"] = second_size.dynamic_setting(route, options, case)
+        verdict.metrics.dynamic = second_size.dynamic_setting(route, options, case)
         verdict.t_case = time.perf_counter() - t0
         return verdict
 
@@ -264,19 +263,19 @@ class Checker:
             shutil.rmtree(artifact_dir, ignore_errors=True)
             return _reference_failure(case, route, exc, artifact_dir)
         reply = worker.collect(pending)
-        if reply.kind in Kind.values_where("lost_worker") and not reply.metrics.get("t_run"):
+        if reply.kind in Kind.values_where("lost_worker") and not reply.metrics.t_run:
             # a worker that hung or died reported no times: the wait was the route's, not ours
-            reply.metrics["t_run"] = time.perf_counter() - pending.sent_at
+            reply.metrics.t_run = time.perf_counter() - pending.sent_at
         try:
             verdict = self._verdict(case, route, ref, reply)
         except Exception as exc:  # noqa: BLE001 - judging is our own code: whatever it raises is a tool_error
             verdict = _tool_error(case, route, "compare", exc, artifact_dir)
         verdict.artifact_dir, verdict.artifacts = artifact_dir, reply.artifacts + verdict.artifacts
-        verdict.metrics["t_start"] = pending.t_start
+        verdict.metrics.t_start = pending.t_start
         if self._localises(verdict):
             t0 = time.perf_counter()
-            verdict.metrics.update(_localise(artifact_dir))
-            verdict.metrics["t_diagnose"] = time.perf_counter() - t0
+            verdict.metrics.divergent_kernel = _localise(artifact_dir) or verdict.metrics.divergent_kernel
+            verdict.metrics.t_diagnose = time.perf_counter() - t0
         if not verdict.failed:
             self.deleter.discard(artifact_dir)
             verdict.artifacts = []
@@ -308,7 +307,7 @@ class Checker:
     @staticmethod
     def _verdict(case: Case, route: str, ref, reply: protocol.Outcome) -> Verdict:
         verdict = Checker._judged(case, route, ref, reply)
-        if reply.metrics.get("killed_by") and not verdict.failed:
+        if reply.metrics.killed_by and not verdict.failed:
             return _killed(verdict, reply.metrics)
         return verdict
 
@@ -324,11 +323,11 @@ class Checker:
         outputs = [protocol.payload_to_tensor(p) for p in reply.outputs]
         storages = [protocol.payload_to_tensor(p) for p in reply.storages]
         mismatch, stats = oracle.judge_case(case, ref, outputs, storages)
-        if mismatch is None and metrics.get("host_parts"):
+        if mismatch is None and metrics.host_parts:
             # part of the program ran on the host, not on the route: what the route ran agreed,
             # yet the case as a whole was not tested on it
             return Verdict(case, route, Status.UNSUPPORTED, Kind.UNSUPPORTED, "host",
-                           f"ran partly on the host ({'; '.join(metrics['host_parts'])}); "
+                           f"ran partly on the host ({'; '.join(metrics.host_parts)}); "
                            f"the route's part agreed", stats=stats, metrics=metrics)
         if mismatch is None:
             return Verdict(case, route, Status.PASS, stats=stats, metrics=metrics)

@@ -54,20 +54,20 @@ def replay(check, verdict, timeout_s=None, timings=()):
     are the sums over both runs."""
     second = resized(verdict.case)
     if second is None:
-        verdict.metrics["second_size"] = {"shapes": None, "reason": "no free size"}
+        verdict.metrics.second_size = {"shapes": None, "reason": "no free size"}
         return verdict
     again = check(second, verdict.route, timeout_s)
     shapes = {spec["name"]: spec["shape"] for spec in second.inputs}
     summary = {"shapes": shapes, "status": again.status.value,
-               "same_function": again.metrics.get("same_function")}
-    both = {k: (verdict.metrics.get(k) or 0.0) + (again.metrics.get(k) or 0.0) for k in timings}
-    verdict.metrics.update(both, second_size=summary)
+               "same_function": again.metrics.same_function}
+    both = {k: (getattr(verdict.metrics, k) or 0.0) + (getattr(again.metrics, k) or 0.0) for k in timings}
+    verdict.metrics = verdict.metrics.copy(**both, second_size=summary)
     if not again.failed:
         return verdict
     failed = dataclasses.replace(
         again, case=verdict.case, stage=STAGE,
         message=f"at the second size {_describe(shapes)} (same compiled function): {again.message}",
-        metrics=dict(again.metrics, **both, second_size=summary))
+        metrics=again.metrics.copy(**both, second_size=summary))
     failed.refined = failed.signature + "|" + STAGE
     return failed
 

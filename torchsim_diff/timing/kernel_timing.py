@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.timing import checks
 from torchsim_diff.timing.hw_config import HardwareConfig
 from torchsim_diff.timing.kernel_togs import NotTimed, launch_tog
@@ -185,7 +186,7 @@ def time_case(case, settings: Settings, server, route: str = ROUTE) -> tuple:
 def time_linalg_kernels(case_id: str, artifacts: str, reply: dict, settings: Settings) -> tuple:
     """([KernelTiming], [(kernel name, why not timed)]) of route spike's run of a case: a TOG per
     linalg op of its kernel.linalg.mlir, costed by the run's instructions retired."""
-    instret = (reply.get("metrics") or {}).get("cost")
+    instret = RunMetrics.from_wire(reply.get("metrics")).cost
     path = os.path.join(artifacts, LINALG_FILE)
     if not reply.get("ok") or not isinstance(instret, int) or not os.path.isfile(path):
         return [], [("case", f"the route left no {LINALG_FILE} with an instret (ok={reply.get('ok')})")]

@@ -272,7 +272,7 @@ class RouteWorker:
         if self.stopping:
             return _stopped()
         if again.ok or not Kind(again.kind).fails_run:
-            again.metrics.update(killed_by=name, killed_at=killed.stage)
+            again.metrics.killed_by, again.metrics.killed_at = name, killed.stage
         return again
 
     def _survived(self, outcome: Outcome) -> Outcome:

@@ -14,6 +14,7 @@ import struct
 import torch
 
 from torchsim_diff.case.layout import dtype_name, dtype_of, storage_of
+from torchsim_diff.results.run_metrics import RunMetrics
 
 HEADER = struct.Struct("<Q")
 PICKLE_PROTOCOL = 4
@@ -40,21 +41,22 @@ class Outcome:
     kind: str | None = None
     stage: str | None = None
     message: str = ""
-    metrics: dict = dataclasses.field(default_factory=dict)
+    metrics: RunMetrics = dataclasses.field(default_factory=RunMetrics)
     artifacts: list = dataclasses.field(default_factory=list)
     outputs: list = dataclasses.field(default_factory=list)
     storages: list = dataclasses.field(default_factory=list)
     abandoned: bool = False
 
     @classmethod
-    def passed(cls, outputs: list, storages: list, metrics: dict, artifacts: list) -> "Outcome":
-        return cls(True, metrics=dict(metrics), artifacts=list(artifacts), outputs=outputs, storages=storages)
+    def passed(cls, outputs: list, storages: list, metrics: RunMetrics, artifacts: list) -> "Outcome":
+        return cls(True, metrics=metrics.copy(), artifacts=list(artifacts), outputs=outputs, storages=storages)
 
     @classmethod
-    def failed(cls, kind, stage: str, message: str, *, metrics: dict | None = None,
+    def failed(cls, kind, stage: str, message: str, *, metrics: RunMetrics | None = None,
                artifacts: list | None = None, abandoned: bool = False) -> "Outcome":
         kind = getattr(kind, "value", kind)
-        return cls(False, str(kind), stage, message, dict(metrics or {}), list(artifacts or []), abandoned=abandoned)
+        return cls(False, str(kind), stage, message, metrics.copy() if metrics else RunMetrics(), list(artifacts or []),
+                   abandoned=abandoned)
 
     def to_wire(self) -> dict:
         return dataclasses.asdict(self)
@@ -62,7 +64,8 @@ class Outcome:
     @classmethod
     def from_wire(cls, message: dict) -> "Outcome":
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in message.items() if k in known})
+        fields = {k: v for k, v in message.items() if k in known}
+        return cls(**dict(fields, metrics=RunMetrics.from_wire(fields.get("metrics"))))
 
 
 def send(stream, message: dict) -> None:

@@ -17,6 +17,7 @@ import time
 import traceback
 
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.case.program_check import ProgramRejected, load_program
 from torchsim_diff.worker import whose_fault, protocol
 from torchsim_diff.worker.protocol import Outcome, Request
@@ -126,8 +127,7 @@ class WorkerServer:
             payloads = [protocol.tensor_to_payload(o) for o in outputs], [protocol.storage_payload(i) for i in inputs]
         except Exception as exc:  # noqa: BLE001 - serialising results is our code
             return _tool_error("reply", exc, ctx)
-        metrics = dict(ctx.metrics, t_compile=t_compile, t_run=t_run)
-        return Outcome.passed(*payloads, metrics, _list_files(ctx.artifact_dir))
+        return Outcome.passed(*payloads, ctx.metrics.copy(t_compile=t_compile, t_run=t_run), _list_files(ctx.artifact_dir))
 
     def _compiled(self, source: str, case: dict, ctx):
         from torchsim_diff.case import layout
@@ -185,9 +185,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def _outcome(kind: Kind, stage: str, message: str, ctx=None, t_compile=None) -> Outcome:
-    metrics = dict(ctx.metrics) if ctx is not None else {}
-    if t_compile is not None:
-        metrics.setdefault("t_compile", t_compile)
+    metrics = ctx.metrics.copy() if ctx is not None else RunMetrics()
+    if metrics.t_compile is None:
+        metrics.t_compile = t_compile
     return Outcome.failed(Kind(kind), stage, message, metrics=metrics,
                           artifacts=_list_files(ctx.artifact_dir) if ctx else [])
 

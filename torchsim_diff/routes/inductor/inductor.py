@@ -40,7 +40,7 @@ class InductorRoute(Route):
 
     def compile(self, program, example_inputs, ctx):
         compiled, _, reused = self.compiler.compile(program, ctx.case, example_inputs)
-        ctx.metrics["same_function"] = reused
+        ctx.metrics.same_function = reused
         compiled(*example_inputs)   # torch.compile is lazy: compile errors (and recompiles) surface here
         return FunctionCompiled(compiled)
 

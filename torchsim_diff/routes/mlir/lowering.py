@@ -16,15 +16,14 @@ Worker-side module: torch_mlir is imported inside functions only.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
-import time
 import warnings
 
 import torch
 
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.routes.base import ReportFacts, RouteFailure, Unsupported
 
 ENTRY = "torchsim_kernel"
@@ -242,29 +241,18 @@ def lower_to_llvm_dialect(module) -> None:
         handler.detach()
 
 
-@contextlib.contextmanager
-def timed(metrics: dict, name: str):
-    """Add the seconds spent in the block to metrics[f"t_{name}"] (per-stage split)."""
-    started = time.perf_counter()
-    try:
-        yield
-    finally:
-        key = f"t_{name}"
-        metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - started
-
-
-def lower_program(program, example_inputs, metrics: dict) -> LoweredGraph:
+def lower_program(program, example_inputs, metrics: RunMetrics) -> LoweredGraph:
     """All per-graph MLIR work shared by both routes; stage times go into `metrics`."""
-    with timed(metrics, "export"):
+    with metrics.timed("export"):
         exported = export_program(program, example_inputs)
         signature = signature_of(exported, len(example_inputs))
     for result in signature.results:
         if result.spec.dtype not in SUPPORTED_DTYPES:
             raise Unsupported(f"result dtype {result.spec.dtype} is not supported", stage="import")
-    with timed(metrics, "import"):
+    with metrics.timed("import"):
         module = import_to_linalg(exported)
         linalg = str(module)
-    with timed(metrics, "lowering"):
+    with metrics.timed("lowering"):
         lower_to_llvm_dialect(module)
     lowered = LoweredGraph(linalg=linalg, llvm_dialect=str(module), module=module, signature=signature)
     check_calling_convention(lowered)

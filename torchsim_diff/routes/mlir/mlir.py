@@ -51,7 +51,7 @@ class MlirJitCompiled(Compiled):
         descriptors = [memref_descriptor(t) for t in buffers + results]
         started = time.perf_counter()
         self.engine.invoke(lowering.ENTRY, *[ctypes.pointer(ctypes.pointer(d)) for d in descriptors])
-        ctx.metrics["t_kernel"] = time.perf_counter() - started
+        ctx.metrics.stage_s["kernel"] = time.perf_counter() - started
         return lowering.write_back(results, self.signature, inputs)
 
 
@@ -85,7 +85,7 @@ class MlirJitRoute(Route):
         if missing:
             raise Unsupported(f"the host's libgcc lacks {', '.join(missing)}, which x86 code for a cast to "
                               "bfloat16 calls (GCC 13's libgcc has it): the JIT cannot run this graph here")
-        with lowering.timed(ctx.metrics, "jit"):
+        with ctx.metrics.timed("jit"):
             engine = self._jit(lowered.module)
         return MlirJitCompiled(engine, lowered.signature)
 

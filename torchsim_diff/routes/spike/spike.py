@@ -29,6 +29,7 @@ import weakref
 import torch
 
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.routes.mlir import lowering as lowering
 from torchsim_diff.routes.base import Compiled, Route, RouteFailure, Unsupported
 from torchsim_diff.routes.base import DEFAULT_TIMEOUT_S
@@ -357,7 +358,7 @@ class SpikeCompiled(Compiled):
         except subprocess.TimeoutExpired as expired:
             _write(ctx.artifact("spike.log"), _tail(_text(expired.stdout), LOG_TAIL_CHARS))
             raise RouteFailure(Kind.TIMEOUT, "run", f"Spike ran past timeout_s={options.timeout_s}") from None
-        ctx.metrics["t_spike"] = time.perf_counter() - started
+        ctx.metrics.stage_s["spike"] = time.perf_counter() - started
         out_path = os.path.join(self.run_dir, "out.bin")
         output = open(out_path, "rb").read() if os.path.exists(out_path) else None
         return SpikeRun(done.returncode, done.stdout + done.stderr, output, options.max_instructions)
@@ -366,10 +367,10 @@ class SpikeCompiled(Compiled):
     def _record_metrics(log: str, ctx) -> None:
         retired = re.search(r"TORCHSIM instret=(\d+)", log)
         if retired:
-            ctx.metrics["cost"] = int(retired.group(1))
+            ctx.metrics.cost = int(retired.group(1))
         vlen = re.search(r"TORCHSIM vlen=(\d+)", log)
         if vlen:
-            ctx.metrics["vlen"] = int(vlen.group(1))
+            ctx.metrics.vlen = int(vlen.group(1))
 
     def _results(self, output: bytes) -> list:
         results, cursor = [], 0
@@ -440,7 +441,7 @@ class SpikeRoute(Route):
         graph_dir = os.path.join(self._workdir, f"graph{self._graphs}")
         os.makedirs(graph_dir)
         artifacts = {"kernel.linalg.mlir": lowered.linalg, "kernel.llvm.mlir": lowered.llvm_dialect}
-        with lowering.timed(ctx.metrics, "translation"):
+        with ctx.metrics.timed("translation"):
             ll = self._translate(lowered.module)
         artifacts["kernel.ll"] = ll
         artifacts["harness.c"] = harness_source(lowered.signature)
@@ -452,20 +453,20 @@ class SpikeRoute(Route):
             _copy_artifacts(paths, ctx)
         return SpikeCompiled(self, elf, lowered.signature, paths)
 
-    def build_elf(self, graph_dir: str, options: SpikeOptions, metrics: dict | None = None) -> str:
+    def build_elf(self, graph_dir: str, options: SpikeOptions, metrics: RunMetrics | None = None) -> str:
         """kernel.ll + harness.c in graph_dir -> kernel.s and kernel.elf (stages compile, link)."""
         def path(name):
             return os.path.join(graph_dir, name)
         kernel_flags = ["--target=riscv64-unknown-elf", f"-march={options.isa}", f"-mabi={ABI}",
                         "-mcmodel=medany", "-O3", "-Wno-override-module"]
-        metrics = {} if metrics is None else metrics
+        metrics = RunMetrics() if metrics is None else metrics
         # -S then assemble: the assembly artifact is exactly what runs, for one optimisation pass
-        with lowering.timed(metrics, "cc"):
+        with metrics.timed("cc"):
             self._tool([self.toolchain.clang, *kernel_flags, "-S", path("kernel.ll"), "-o", path("kernel.s")],
                        "compile")
             self._tool([self.toolchain.clang, *kernel_flags, "-c", path("kernel.s"), "-o", path("kernel.o")],
                        "compile")
-        with lowering.timed(metrics, "link"):
+        with metrics.timed("link"):
             self._link(path, options)
         return path("kernel.elf")
 

@@ -2,7 +2,7 @@
 
 torch.compile(dynamic=False) on PyTorchSim's npu device, functional simulation on
 (outputs come back from Spike), timing optional (TOGSim cycles become
-ctx.metrics["cost"]). The worker runs under PyTorchSim's own interpreter
+ctx.metrics.cost). The worker runs under PyTorchSim's own interpreter
 (TORCHSIM_PYTHON), with TORCHSIM_DIR the checkout and a machine config (route option
 `config`, else TOGSIM_CONFIG, else the generation's default). Setup and the meaning of
 every option: docs/pytorchsim.md.
@@ -295,7 +295,7 @@ class TorchSimProgram(Compiled):
                 self.route.facts = self.route.versions()
             except Exception as exc:  # noqa: BLE001 - versions are reported, never fatal
                 self.route.facts = {"error": f"{type(exc).__name__}: {exc}"}
-        ctx.metrics["versions"] = dict(self.route.facts, **artifacts.build_identity(self.environment.dump_path))
+        ctx.metrics.versions = dict(self.route.facts, **artifacts.build_identity(self.environment.dump_path))
 
     def _record_verify_trace(self, text: str, ctx) -> None:
         """PyTorchSim's per-buffer trace: the first buffer over tolerance names the kernel
@@ -303,7 +303,7 @@ class TorchSimProgram(Compiled):
         found = artifacts.traced_divergence(text, rtol=_number(self.route.options.get("verify_rtol")) or 1e-4,
                                             atol=_number(self.route.options.get("verify_atol")) or 1e-4)
         if found:
-            ctx.metrics["divergent_kernel"] = found
+            ctx.metrics.divergent_kernel = found
 
     def _check_coverage(self, text: str, ctx) -> None:
         env = self.environment
@@ -325,8 +325,8 @@ class TorchSimProgram(Compiled):
         logs = [p for p in artifacts.togsim_logs(text, self.environment.log_path)
                 if p not in logs_before or p in artifacts.TOGSIM_LOG_LINE.findall(text)]
         cycles = artifacts.total_cycles(logs)
-        ctx.metrics["cost"] = cycles
-        ctx.metrics["cost_unit"] = "TOGSim cycles"
+        ctx.metrics.cost = cycles
+        ctx.metrics.cost_unit = "TOGSim cycles"
 
 
 def _fresh_compiler_state() -> None:

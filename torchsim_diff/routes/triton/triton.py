@@ -131,14 +131,14 @@ class _TritonRouteBase(Route):
 
     def compile(self, program, example_inputs, ctx) -> Compiled:
         compiled, notes, reused = self.compiler.compile(program, ctx.case, example_inputs)
-        ctx.metrics["same_function"] = reused
+        ctx.metrics.same_function = reused
         # A reused function (a second size) generates code only when it recompiles.
         wrapper = self._first_run(compiled, example_inputs, ctx) or notes.get("wrapper", "")
         notes["wrapper"] = wrapper
         fallbacks = fallback_calls(wrapper)
         if fallbacks:
             self._ran_outside_triton(fallbacks, ctx)
-        ctx.metrics["triton_kernels"] = len(set(re.findall(r"def (triton_\w+)\(", wrapper)))
+        ctx.metrics.kernels = len(set(re.findall(r"def (triton_\w+)\(", wrapper)))
         return TritonCompiled(compiled, self, kernel_sources(wrapper))
 
     def _ran_outside_triton(self, fallbacks: list, ctx) -> None:
@@ -174,7 +174,7 @@ class _TritonRouteBase(Route):
             raise
         finally:
             shims.set_launch_handler(lambda launch: launch.execute())
-            ctx.metrics["t_kernels_compile"] = timed.seconds
+            ctx.metrics.stage_s["kernels_compile"] = timed.seconds
             if codes:
                 with open(ctx.artifact("inductor/wrapper.py"), "w") as f:
                     f.write("\n".join(codes))
@@ -232,8 +232,8 @@ class TritonCompiled(Compiled):
             outputs = self.compiled_fn(*device_inputs)
         finally:
             shims.set_launch_handler(lambda launch: launch.execute())
-            ctx.metrics["kernel_launches"] = timed.count
-            ctx.metrics["t_kernels"] = timed.seconds
+            ctx.metrics.kernel_launches = timed.count
+            ctx.metrics.stage_s["kernels"] = timed.seconds
         return outputs if on_host else self.route._copy_back(inputs, device_inputs, outputs)
 
     def _handler(self, ctx, graph_inputs, timed):

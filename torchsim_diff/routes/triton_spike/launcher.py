@@ -35,6 +35,7 @@ import time
 import torch
 
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.routes.base import RouteFailure, Unsupported
 from torchsim_diff.routes.spike.spike import (
     ABI,
@@ -276,7 +277,7 @@ class SpikeLauncher:
         except subprocess.TimeoutExpired:
             raise RouteFailure(Kind.TIMEOUT, "run", f"Spike ran past timeout_s={self.options.timeout_s}") from None
         finally:
-            self._add_time("t_spike", time.perf_counter() - started)
+            self._add_time("spike", time.perf_counter() - started)
         _write(os.path.join(run_dir, "spike.log"), done.stdout + done.stderr)
         out_path = os.path.join(run_dir, "out.bin")
         output = open(out_path, "rb").read() if os.path.exists(out_path) else None
@@ -288,11 +289,11 @@ class SpikeLauncher:
         retired = _instret(log)
         if retired is not None:
             # cost stays absent for a case that launched no kernel: nothing of it ran on Spike
-            self.ctx.metrics["cost"] = self.ctx.metrics.get("cost", 0) + retired
-            self.ctx.metrics.setdefault("instret_per_launch", []).append(retired)
+            self.ctx.metrics.cost = (self.ctx.metrics.cost or 0) + retired
+            self.ctx.metrics.cost_per_launch.append(retired)
         vlen = re.search(r"TORCHSIM vlen=(\d+)", log)
         if vlen:
-            self.ctx.metrics["vlen"] = int(vlen.group(1))
+            self.ctx.metrics.vlen = int(vlen.group(1))
 
     # ---- the chain, once per specialisation ----------------------------------------------
     def build(self, spec: Specialisation) -> Build:
@@ -327,11 +328,11 @@ class SpikeLauncher:
         except TtirError as error:
             raise RouteFailure(Kind.COMPILE_ERROR, "ttir", f"ttir: {error}") from None
         finally:
-            self._add_time("t_ttir", time.perf_counter() - started)
+            self._add_time("ttir", time.perf_counter() - started)
         _write(path("kernel.ttir"), ttir)
         fixed = fixups.apply(fixups.TTIR_FIXUPS, ttir)
         _write(path("kernel.fixed.ttir"), fixed)
-        metrics = self.ctx.metrics if self.ctx is not None else {}
+        metrics = self.ctx.metrics if self.ctx is not None else RunMetrics()
         run_stage("adapter", [self.tools.adapter, path("kernel.fixed.ttir"), *ADAPTER_PASSES,
                               "-o", path("kernel.adapter.mlir")], metrics, log=path("adapter.log"))
         check_adapter_output(_read(path("kernel.adapter.mlir")))
@@ -370,7 +371,7 @@ class SpikeLauncher:
         _write(ll_path, text + "\n" + program_stub(entry.group(1), params))
         return params.count("ptr"), len(params) - params.count("ptr")
 
-    def _runtime_objects(self, metrics: dict) -> list:
+    def _runtime_objects(self, metrics: RunMetrics) -> list:
         """driver.o, htif.o, memref.o: built once per launcher and vector setting."""
         vector = self.options.has_vector
         if vector not in self._runtime:
@@ -403,17 +404,15 @@ class SpikeLauncher:
             return _read(path)
         raise RouteFailure(Kind.TOOL_ERROR, "ttir", f"{launch.kernel_name}: Inductor left no kernel source file")
 
-    def _add_time(self, key: str, seconds: float) -> None:
+    def _add_time(self, stage: str, seconds: float) -> None:
         if self.ctx is not None:
-            self.ctx.metrics[key] = self.ctx.metrics.get(key, 0.0) + seconds
+            self.ctx.metrics.add_stage(stage, seconds)
 
 
 def note_host_part(ctx, what: str) -> None:
     """Record in ctx's metrics a part of the case that ran on the host, not on Spike."""
     if ctx is not None:
-        parts = ctx.metrics.setdefault("host_parts", [])
-        if what not in parts:
-            parts.append(what)
+        ctx.metrics.note_host_part(what)
 
 
 # Triton unrolls tl.sort's bitonic network (static_range) into hundreds of TTIR ops, which the

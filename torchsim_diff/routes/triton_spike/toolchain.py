@@ -18,9 +18,9 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 from torchsim_diff.results.kinds import Kind
+from torchsim_diff.results.run_metrics import RunMetrics
 from torchsim_diff.routes.base import RouteFailure, Unsupported
 
 ADAPTER_ENV = "TRITON_ADAPTER_OPT"
@@ -110,20 +110,17 @@ class Tools:
 STAGE_TIMEOUT_S = 90.0
 
 
-def run_stage(stage: str, command: list, metrics: dict, *, log: str | None = None,
+def run_stage(stage: str, command: list, metrics: RunMetrics, *, log: str | None = None,
               timeout_s: float = STAGE_TIMEOUT_S) -> None:
-    """Run one tool; its time adds to metrics["t_<stage>"]; failure -> RouteFailure(stage).
+    """Run one tool; its time adds to the stage's in `metrics`; failure -> RouteFailure(stage).
 
     log: where the tool's whole output goes when it fails (the message keeps its error lines)."""
-    started = time.perf_counter()
-    key = "t_" + stage.replace("-", "_")
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise RouteFailure(Kind.TIMEOUT, stage, f"{stage}: {os.path.basename(command[0])} ran past "
-                           f"{timeout_s:.0f} s") from None
-    finally:
-        metrics[key] = metrics.get(key, 0.0) + time.perf_counter() - started
+    with metrics.timed(stage):
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RouteFailure(Kind.TIMEOUT, stage, f"{stage}: {os.path.basename(command[0])} ran past "
+                               f"{timeout_s:.0f} s") from None
     if not done.returncode:
         return
     output = done.stderr or done.stdout

@@ -121,11 +121,10 @@ class TritonSpikeRoute(TritonInterpreterRoute):
         self.spike_launcher.begin(ctx)
         self.spike_launcher.new_case()
         compiled = super().compile(program, example_inputs, ctx)
-        host_parts = ctx.metrics.get("host_parts")
+        host_parts = ctx.metrics.host_parts
         if host_parts and not self.spike_launcher.spike_launches:
             raise Unsupported(f"nothing ran on Spike: {'; '.join(host_parts)}")
-        for key in ("cost", "instret_per_launch"):  # the compiling run's launches are not the case's cost
-            ctx.metrics.pop(key, None)
+        ctx.metrics.cost, ctx.metrics.cost_per_launch = None, []  # the compiling run's launches are not the case's cost
         return SpikeCompiled(compiled.compiled_fn, self, compiled.sources)
 
 
