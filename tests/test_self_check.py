@@ -148,7 +148,26 @@ def test_only_fresh_cases_count_towards_abandoning_a_route(tmp_path, double_rout
         assert worker.crashes_in_a_row == 1 and not worker.abandoned
         worker.triaging = False
         run()
-        assert worker.abandoned, "two fresh crashes in a row abandon the route at max_crashes=2"
+        # the second fresh crash in a row reaches the cap; the route still runs the plainest case
+        # (an even seed), so the crashes were the cases' own and the count starts again
+        assert worker.crashes_in_a_row == 0 and not worker.abandoned
+        assert run().kind == "crash" and worker.crashes_in_a_row == 1
+    finally:
+        worker.close()
+
+
+@pytest.mark.e2e
+def test_at_the_crash_cap_a_route_that_cannot_run_the_plainest_case_is_abandoned(tmp_path, double_routes,
+                                                                                 monkeypatch):
+    from tests.conftest import make_case
+    from torchsim_diff.worker import client
+    monkeypatch.setattr(client, "PLAINEST_CASE", dict(client.PLAINEST_CASE, values={"seed": 1}))  # odd: it crashes
+    odd = make_case([{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], [("x0", [3], [1], 0, 3, {})], ["v0"], seed=1)
+    worker = client.RouteWorker("double-segfault", work_root=str(tmp_path), max_crashes=2)
+    try:
+        for _ in range(2):
+            assert worker.run(odd.to_dict(), odd.program_source(), str(tmp_path / "a")).kind == "crash"
+        assert worker.abandoned and "abandoned after 2 crashes in a row" in worker.abandoned
     finally:
         worker.close()
 

@@ -6,8 +6,11 @@ before the next case, so the campaign goes on. A worker that dies while starting
 `crash` at stage `start` (not an unavailable route: it never said it cannot run) and is
 started again for the next case. Restarts are capped as pytest-xdist caps them: after
 MAX_CRASHES_IN_A_ROW crashes that took the worker down with no case completing in between,
-the route is abandoned with one line on stderr and its remaining cases are skipped; the
-crashes stay findings. Only fresh cases count: runs made while triaging a failure (reducing a
+the worker runs the plainest case there is (relu of four numbers). If that runs, the route works
+and the crashes were their cases' own: the count starts again (Hypothesis draws runs of similar
+cases, and five known torch-mlir aborts in a row once abandoned mlir for the rest of a 10-minute
+campaign). If it does not, the route is abandoned with one line on stderr and its remaining
+cases are skipped; the crashes stay findings. Only fresh cases count: runs made while triaging a failure (reducing a
 crash re-runs it dozens of times) neither count nor clear the count. A crash the route
 reports from a live worker (a Spike trap) restarts nothing and is not counted: Hypothesis
 draws runs of similar cases, and five traps of one bug in a row once ended a triton-spike
@@ -23,6 +26,7 @@ import dataclasses
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +44,11 @@ from torchsim_diff.worker.protocol import Outcome, Request
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STARTUP_TIMEOUT_S = 180.0
 MAX_CRASHES_IN_A_ROW = 5
+PLAINEST_CASE = {"schema": 1, "dtype": "float32", "values": {"seed": 0},
+                 "inputs": [{"name": "x0", "shape": [4], "dtype": "float32", "domain": {"kind": "real"},
+                             "layout": {"classes": ["contiguous"], "strides": [1], "offset": 0, "storage_size": 4},
+                             "mutated": False}],
+                 "nodes": [{"id": "v0", "op": "relu", "args": ["x0"], "attrs": {}}], "outputs": ["v0"]}
 LOG_TAIL_CHARS = 3000
 # Signals that a crashing program does not raise on itself (a segfault is SIGSEGV, an abort
 # SIGABRT, a simulator trap is reported by a live worker): a worker that dies of one of these
@@ -280,14 +289,31 @@ class RouteWorker:
         return outcome
 
     def _crashed(self, outcome: Outcome) -> Outcome:
-        """Count a crash; at the cap, abandon the route with one line saying why."""
+        """Count a crash; at the cap, abandon the route with one line saying why, unless it
+        still runs the plainest case (module docstring)."""
         self.crashes_in_a_row += 1
-        if self.crashes_in_a_row >= self.max_crashes:
+        if self.crashes_in_a_row >= self.max_crashes and self._runs_the_plainest_case():
+            self.crashes_in_a_row = 0
+        elif self.crashes_in_a_row >= self.max_crashes:
             first = outcome.message.splitlines()[0] if outcome.message else "no message"
             self.abandoned = (f"route {self.route_name} abandoned after {self.crashes_in_a_row} crashes in a row "
                               f"(last: {first}); its remaining cases are skipped")
             sys.stderr.write(f"torchsim-diff: {self.abandoned}\n")
         return outcome
+
+    def _runs_the_plainest_case(self) -> bool:
+        """Whether the route compiles and runs PLAINEST_CASE (its values are not judged). The
+        run is no fresh case: it neither counts towards the cap nor clears it."""
+        from torchsim_diff.case.graph import Case
+        case = Case.from_dict(PLAINEST_CASE)
+        artifact_dir = os.path.join(self.work_root, "plainest-case")
+        was, self.triaging = self.triaging, True
+        try:
+            outcome = self.collect(self.submit(case.to_dict(), case.program_source(), artifact_dir))
+        finally:
+            self.triaging = was
+            shutil.rmtree(artifact_dir, ignore_errors=True)
+        return outcome.ok
 
     # -- wire ------------------------------------------------------------------------
     def _request(self, message: dict, timeout_s: float) -> dict:
