@@ -21,7 +21,8 @@ import contextlib
 import dataclasses
 import time
 
-# Seconds the harness did not spend itself (Verdict.t_harness leaves them out).
+# Seconds of a case that are not the harness's per-case overhead: the route compiling and
+# running it, starting its worker (once, or after a crash), and localising a failure.
 NOT_HARNESS_TIMES = ("t_compile", "t_run", "t_start", "t_diagnose")
 
 

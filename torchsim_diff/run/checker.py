@@ -31,8 +31,6 @@ from torchsim_diff.run.background_delete import BackgroundDelete
 from torchsim_diff.worker import whose_fault, protocol
 from torchsim_diff.worker.client import DEFAULT_TIMEOUT_S, RouteWorker
 
-# Seconds of a case that are not the harness's per-case overhead: the route compiling and
-# running it, starting its worker (once, or after a crash), and localising a failure.
 DEFAULT_TAG = "0"       # a checker alone in its out_dir; a run's xdist workers are tagged by name
 
 
