@@ -142,7 +142,9 @@ def test_the_ledger_in_the_repository_is_whole():
 @pytest.mark.slow
 def test_a_cause_exports_as_its_plainest_case_with_its_title_and_summary(tmp_path, capsys):
     causes, _ = ledger.read_causes(KNOWN)
-    cause = next(c for c in causes if c.representative().route == "inductor" and c.status == "reported")
+    # a compiler's bug: eager's own (eager_bug) is shown eager against eager, with no ablation
+    cause = next(c for c in causes if c.representative().route == "inductor" and c.status == "reported"
+                 and not c.eager_bug)
     assert main(["export", cause.folder, "--to", str(tmp_path / "b")]) == 0
     issue = (tmp_path / "b" / "ISSUE.md").read_text()
     # outside a code fence, a '<' of the title is written as its entity ("Vectorized<float>" is no tag)
